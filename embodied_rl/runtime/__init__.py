@@ -1,0 +1,11 @@
+"""The distributed runtime: it moves Python objects and tensors between named groups of processes.
+
+It knows nothing about RL. ``Cluster`` starts or joins Ray, ``WorkerGroup`` runs ranks of a ``Worker`` class as
+Ray actors, ``Channel`` carries keyed messages between them.
+"""
+
+from embodied_rl.runtime.channel import Channel
+from embodied_rl.runtime.cluster import Cluster
+from embodied_rl.runtime.worker import Worker, WorkerGroup
+
+__all__ = ["Channel", "Cluster", "Worker", "WorkerGroup"]

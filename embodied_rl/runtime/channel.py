@@ -1,0 +1,132 @@
+"""Channel: named, keyed queues between worker processes.
+
+A channel handle is a small picklable object; pass it to workers. ``put(item, key)`` sends to a reader of
+``key`` (round-robin when several workers read the same key); ``get(key)`` blocks until an item for ``key``
+arrives in this process. Readers announce themselves with ``subscribe(key)`` (``get`` does it on first use);
+a sender waits for the first reader of a key to appear.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import ray
+
+from embodied_rl.runtime.channel_directory import get_or_create_directory
+from embodied_rl.runtime.transports.unix_socket import Inbox, Outbox
+
+
+class ChannelTimeout(TimeoutError):
+    pass
+
+
+class _ProcessEndpoints:
+    """The one inbox and outbox of this process, per cluster session."""
+
+    _by_session: dict[str, "_ProcessEndpoints"] = {}
+
+    def __init__(self, session_dir: str):
+        self.inbox = Inbox(session_dir)
+        self.outbox = Outbox()
+
+    @classmethod
+    def of(cls, session_dir: str) -> "_ProcessEndpoints":
+        endpoints = cls._by_session.get(session_dir)
+        if endpoints is None:
+            endpoints = cls._by_session[session_dir] = cls(session_dir)
+        return endpoints
+
+
+class Channel:
+    """A named set of keyed queues. Create one in the driver with ``Channel.create(name, cluster)``."""
+
+    def __init__(self, name: str, session_dir: str, directory):
+        self.name = name
+        self.session_dir = session_dir
+        self.directory = directory
+        self._readers: dict[str, list[str]] = {}
+        self._round_robin: dict[str, itertools.count] = {}
+        self._subscribed: set[str] = set()
+
+    @classmethod
+    def create(cls, name: str, cluster) -> "Channel":
+        return cls(name, cluster.session_dir, get_or_create_directory())
+
+    def __getstate__(self):
+        return {"name": self.name, "session_dir": self.session_dir, "directory": self.directory}
+
+    def __setstate__(self, state):
+        self.__init__(state["name"], state["session_dir"], state["directory"])
+
+    @property
+    def _endpoints(self) -> _ProcessEndpoints:
+        return _ProcessEndpoints.of(self.session_dir)
+
+    # --- reading -------------------------------------------------------------------------------------------
+    def subscribe(self, key: str = "default") -> None:
+        """Make this process a reader of ``key``."""
+        if key not in self._subscribed:
+            ray.get(self.directory.subscribe.remote(self.name, key, self._endpoints.inbox.address))
+            self._subscribed.add(key)
+
+    def unsubscribe(self, key: str = "default") -> None:
+        if key in self._subscribed:
+            ray.get(self.directory.unsubscribe.remote(self.name, key, self._endpoints.inbox.address))
+            self._subscribed.discard(key)
+
+    def get(self, key: str = "default", timeout: float | None = None):
+        """The next item for ``key``; raises ``ChannelTimeout`` after ``timeout`` seconds."""
+        return self.get_batch(key, 1, timeout)[0]
+
+    def get_batch(self, key: str = "default", max_items: int = 1 << 30, timeout: float | None = None) -> list:
+        """Wait for at least one item for ``key``, then take every item already here, up to ``max_items``."""
+        self.subscribe(key)
+        inbox = self._endpoints.inbox
+        queue = inbox.queues[(self.name, key)]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not queue:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not inbox.pump(remaining) and deadline is not None and time.monotonic() >= deadline:
+                raise ChannelTimeout(f"no item for key {key!r} on channel {self.name!r} within {timeout} s")
+        while inbox.pump(0):  # drain what else has already arrived
+            pass
+        return [queue.popleft() for _ in range(min(max_items, len(queue)))]
+
+    def qsize(self, key: str = "default") -> int:
+        """Items for ``key`` already received by this process."""
+        return len(self._endpoints.inbox.queues[(self.name, key)])
+
+    # --- writing -------------------------------------------------------------------------------------------
+    def put(self, item, key: str = "default", timeout: float = 120.0) -> None:
+        """Send ``item`` to one reader of ``key`` (waits up to ``timeout`` s for a reader to subscribe)."""
+        readers = self._readers.get(key) or self._lookup_readers(key, timeout)
+        address = readers[next(self._round_robin[key]) % len(readers)]
+        endpoints = self._endpoints
+        if address == endpoints.inbox.address:
+            endpoints.inbox.deliver(self.name, key, item)
+            return
+        try:
+            endpoints.outbox.send(address, self.name, key, item)
+        except OSError:
+            # The reader left (or restarted): refresh membership and resend once.
+            endpoints.outbox.forget(address)
+            self._readers.pop(key, None)
+            readers = self._lookup_readers(key, timeout)
+            endpoints.outbox.send(readers[0], self.name, key, item)
+
+    def refresh(self) -> None:
+        """Forget cached reader lists (call between batches when workers may have joined or left)."""
+        self._readers.clear()
+
+    def _lookup_readers(self, key: str, timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            readers = ray.get(self.directory.consumers.remote(self.name, key))
+            if readers:
+                self._readers[key] = readers
+                self._round_robin.setdefault(key, itertools.count())
+                return readers
+            if time.monotonic() > deadline:
+                raise ChannelTimeout(f"no reader subscribed to key {key!r} on channel {self.name!r}")
+            time.sleep(0.005)

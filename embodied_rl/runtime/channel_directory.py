@@ -1,0 +1,45 @@
+"""Who consumes which channel key: a small Ray actor consulted only when a sender first uses a key."""
+
+from __future__ import annotations
+
+import ray
+
+DIRECTORY_NAME = "embodied_rl_channel_directory"
+
+
+class ChannelDirectory:
+    """Maps ``(channel, key)`` to the inbox addresses of the processes reading that key.
+
+    Several readers of one key share its messages (each message goes to one of them). ``version`` changes
+    whenever membership changes so senders can refresh between batches when workers join or leave.
+    """
+
+    def __init__(self):
+        self._consumers: dict[tuple[str, str], list[str]] = {}
+        self.version = 0
+
+    def subscribe(self, channel: str, key: str, address: str) -> int:
+        readers = self._consumers.setdefault((channel, key), [])
+        if address not in readers:
+            readers.append(address)
+            self.version += 1
+        return self.version
+
+    def unsubscribe(self, channel: str, key: str, address: str) -> int:
+        readers = self._consumers.get((channel, key), [])
+        if address in readers:
+            readers.remove(address)
+            self.version += 1
+        return self.version
+
+    def consumers(self, channel: str, key: str) -> list[str]:
+        return list(self._consumers.get((channel, key), []))
+
+    def get_version(self) -> int:
+        return self.version
+
+
+def get_or_create_directory():
+    """The session's directory actor (created by the first caller, found by name afterwards)."""
+    return ray.remote(ChannelDirectory).options(
+        name=DIRECTORY_NAME, get_if_exists=True, num_cpus=0, lifetime=None).remote()

@@ -1,0 +1,80 @@
+"""Start an embedded Ray (default) or join an existing cluster, quietly, and always shut it down."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import tempfile
+import uuid
+
+import ray
+
+_ACTIVE: "Cluster | None" = None
+
+
+class Cluster:
+    """The Ray cluster a run uses.
+
+    ``address=None`` starts a private local Ray bound to loopback with ``num_cpus`` CPU slots;
+    an address (``"ray://..."``, ``"host:port"`` or ``"auto"``) joins an existing cluster.
+    ``session_dir`` holds this run's channel sockets and is removed at shutdown.
+    """
+
+    def __init__(self, address: str | None = None, num_cpus: float | None = None):
+        self.address = address
+        self.num_cpus = num_cpus
+        self.session_id = uuid.uuid4().hex[:8]
+        self.session_dir = tempfile.mkdtemp(prefix=f"erl-{self.session_id}-", dir="/tmp")
+        self._owns_ray = False
+        self._started = False
+
+    def start(self) -> "Cluster":
+        global _ACTIVE
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+        # Worker processes must not oversubscribe the few cores with intra-op threads.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        if ray.is_initialized():
+            self._owns_ray = False
+        elif self.address:
+            ray.init(address=self.address, logging_level="ERROR", log_to_driver=True)
+        else:
+            ray.init(num_cpus=self.num_cpus, include_dashboard=False, logging_level="ERROR",
+                     _node_ip_address="127.0.0.1", log_to_driver=True,
+                     namespace=f"embodied-rl-{self.session_id}")
+            self._owns_ray = True
+        self._started = True
+        _ACTIVE = self
+        atexit.register(self.shutdown)
+        return self
+
+    def total_cpus(self) -> float:
+        return float(ray.cluster_resources().get("CPU", 0.0))
+
+    def shutdown(self) -> None:
+        global _ACTIVE
+        if not self._started:
+            return
+        self._started = False
+        if self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+        shutil.rmtree(self.session_dir, ignore_errors=True)
+        if _ACTIVE is self:
+            _ACTIVE = None
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def install_interrupt_handler() -> None:
+    """Turn SIGTERM into KeyboardInterrupt so ``with Cluster()`` blocks unwind and stop Ray on kill too."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)

@@ -1,0 +1,79 @@
+"""Workers: ranks of one class running as Ray actors, addressed by group name and rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+
+@dataclass(frozen=True)
+class WorkerAddress:
+    group: str
+    rank: int
+
+    def __str__(self) -> str:
+        return f"{self.group}:{self.rank}"
+
+
+class Worker:
+    """Base class of every process-level role. Subclasses take their own keyword arguments after these."""
+
+    def __init__(self, group: str, rank: int, world_size: int, torch_threads: int = 1):
+        import torch
+
+        torch.set_num_threads(torch_threads)
+        self.address = WorkerAddress(group, rank)
+        self.rank = rank
+        self.world_size = world_size
+
+    def ping(self) -> str:
+        return str(self.address)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+class WorkerGroup:
+    """``num_workers`` Ray actors of ``worker_class``, ranks 0..n-1, each with ``cpus_per_worker`` CPU slots.
+
+    ``call`` returns futures (one per rank) so groups can work at the same time; ``run`` waits for them.
+    """
+
+    def __init__(self, worker_class: type, name: str, num_workers: int, cpus_per_worker: float = 1.0,
+                 node_ids: list[str] | None = None, **worker_kwargs: Any):
+        if num_workers < 1:
+            raise ValueError(f"worker group {name!r} needs at least one worker, got {num_workers}")
+        self.name = name
+        self.worker_class = worker_class
+        remote_class = ray.remote(worker_class)
+        self.workers = []
+        for rank in range(num_workers):
+            options: dict[str, Any] = dict(num_cpus=cpus_per_worker, max_concurrency=1)
+            if node_ids:
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_ids[rank % len(node_ids)],
+                                                                                soft=False)
+            self.workers.append(remote_class.options(**options).remote(
+                group=name, rank=rank, world_size=num_workers, **worker_kwargs))
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def call(self, method: str, *args, ranks: list[int] | None = None, **kwargs) -> list:
+        targets = range(len(self.workers)) if ranks is None else ranks
+        return [getattr(self.workers[r], method).remote(*args, **kwargs) for r in targets]
+
+    def call_each(self, method: str, per_rank_args: list[tuple]) -> list:
+        """Call ``method`` on rank i with ``*per_rank_args[i]``."""
+        return [getattr(w, method).remote(*a) for w, a in zip(self.workers, per_rank_args)]
+
+    def run(self, method: str, *args, **kwargs) -> list:
+        return ray.get(self.call(method, *args, **kwargs))
+
+    def kill(self) -> None:
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
+        self.workers = []

@@ -1,0 +1,15 @@
+"""Simulator tasks behind one registry: ``make(task_name, num_envs, **overrides)`` and ``list_tasks()``.
+
+Importing this package registers the built-in tasks; it imports no runtime code.
+"""
+
+from sim_envs.errors import SimulatorUnavailableError, TaskConfigError
+from sim_envs.registry import get_task, list_tasks, make, register_task
+from sim_envs.vector_env import StepBatch, VectorEnv
+
+from sim_envs.maniskill import tasks as _maniskill_tasks  # noqa: F401  (registers tasks)
+
+__all__ = [
+    "make", "list_tasks", "get_task", "register_task", "StepBatch", "VectorEnv",
+    "TaskConfigError", "SimulatorUnavailableError",
+]

@@ -1,0 +1,1 @@
+"""ManiSkill3 adapter: the only place in the project that touches ManiSkill/SAPIEN."""

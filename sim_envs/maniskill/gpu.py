@@ -1,0 +1,58 @@
+"""ManiSkill's batched PhysX GPU simulation: N envs in one process on one CUDA device."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim_envs.maniskill.options import ManiSkillOptions
+from sim_envs.maniskill.single import build_gym_env, find_max_episode_steps
+from sim_envs.vector_env import EpisodeTracker, StepBatch
+
+
+def _numpy(value):
+    if isinstance(value, dict):
+        return {k: _numpy(v) for k, v in value.items()}
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+
+
+class GpuManiSkillEnvs:
+    """``VectorEnv`` over ``ManiSkillVectorEnv`` with same-step autoreset; results are copied to host numpy."""
+
+    def __init__(self, env_id: str, num_envs: int, options: ManiSkillOptions):
+        from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
+
+        base = build_gym_env(env_id, options, num_envs=num_envs, sim_backend="physx_cuda")
+        self.max_episode_steps = find_max_episode_steps(base)
+        self.vector_env = ManiSkillVectorEnv(base, num_envs, auto_reset=True,
+                                             ignore_terminations=options.ignore_terminations)
+        self.num_envs = num_envs
+        self.options = options
+        self.single_action_shape = tuple(self.vector_env.single_action_space.shape)
+        self.tracker = EpisodeTracker(num_envs)
+
+    def reset(self, seed: int | None = None, state_ids: list[int] | None = None):
+        base = self.options.seed if seed is None else seed
+        seeds = [int(s) for s in state_ids] if state_ids is not None else [base + i for i in range(self.num_envs)]
+        obs, _ = self.vector_env.reset(seed=seeds)
+        self.tracker.reset_all()
+        return _numpy(obs)
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        import torch
+
+        device = self.vector_env.unwrapped.device
+        obs, rewards, terminated, truncated, info = self.vector_env.step(torch.as_tensor(actions, device=device))
+        obs, rewards = _numpy(obs), _numpy(rewards).astype(np.float32)
+        terminated, truncated = _numpy(terminated).astype(bool), _numpy(truncated).astype(bool)
+        done = terminated | truncated
+        success = _numpy(info["success"]).astype(bool) if "success" in info else np.zeros(self.num_envs, bool)
+        final_obs = obs
+        if "final_observation" in info:
+            final_obs = _numpy(info["final_observation"])
+            if "success" in info.get("final_info", {}):
+                success = np.where(done, _numpy(info["final_info"]["success"]).astype(bool), success)
+        self.tracker.record(rewards, success)
+        return StepBatch(obs, rewards, terminated, truncated, final_obs, success, self.tracker.end(done, success))
+
+    def close(self) -> None:
+        self.vector_env.close()

@@ -1,0 +1,85 @@
+"""N ManiSkill CPU envs stepped one after another in the calling process (an env worker holds these)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim_envs.maniskill.options import ManiSkillOptions
+from sim_envs.maniskill.single import SingleCpuEnv
+from sim_envs.vector_env import EpisodeTracker, StepBatch, copy_obs, stack_obs
+
+
+class InProcessManiSkillEnvs:
+    """``num_envs`` single-scene CPU envs in this process, behind the ``VectorEnv`` interface."""
+
+    def __init__(self, env_id: str, num_envs: int, options: ManiSkillOptions):
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.options = options
+        self.envs = [SingleCpuEnv(env_id, options) for _ in range(num_envs)]
+        self.single_action_shape = self.envs[0].action_shape
+        self.max_episode_steps = self.envs[0].max_episode_steps
+        self.tracker = EpisodeTracker(num_envs)
+        self._episode_seeds = [options.seed + i for i in range(num_envs)]
+
+    def reset(self, seed: int | None = None, state_ids: list[int] | None = None):
+        if state_ids is not None and len(state_ids) != self.num_envs:
+            raise ValueError(f"state_ids has {len(state_ids)} entries for {self.num_envs} envs")
+        if seed is not None:
+            self._episode_seeds = [seed + i for i in range(self.num_envs)]
+        seeds = list(state_ids) if state_ids is not None else self._episode_seeds
+        obs = [self.envs[i].reset(seed=int(seeds[i])) for i in range(self.num_envs)]
+        self._advance_seeds()
+        self.tracker.reset_all()
+        return _stack_rows(obs)
+
+    def _advance_seeds(self) -> None:
+        # Later episodes of env i continue a seed stream disjoint from the other envs'.
+        self._episode_seeds = [s + self.num_envs for s in self._episode_seeds]
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        n = self.num_envs
+        rewards = np.zeros(n, np.float32)
+        terminated = np.zeros(n, bool)
+        truncated = np.zeros(n, bool)
+        success = np.zeros(n, bool)
+        next_obs, final_rows = [], {}
+        for i, env in enumerate(self.envs):
+            obs, rewards[i], terminated[i], truncated[i], success[i] = env.step(actions[i])
+            if terminated[i] or truncated[i]:
+                final_rows[i] = obs
+                obs = env.reset(seed=self._episode_seeds[i])
+                self._episode_seeds[i] += n
+            next_obs.append(obs)
+        self.tracker.record(rewards, success)
+        done = terminated | truncated
+        episodes = self.tracker.end(done, success)
+        obs = _stack_rows(next_obs)
+        final_obs = obs
+        if final_rows:
+            final_obs = copy_obs(obs)
+            for i, row in final_rows.items():
+                _set_row(final_obs, i, row)
+        return StepBatch(obs, rewards, terminated, truncated, final_obs, success, episodes)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _stack_rows(rows):
+    return stack_obs([_expand(r) for r in rows])
+
+
+def _expand(row):
+    if isinstance(row, dict):
+        return {k: v[None] for k, v in row.items()}
+    return row[None]
+
+
+def _set_row(obs, i, row) -> None:
+    if isinstance(obs, dict):
+        for k in obs:
+            obs[k][i] = row[k]
+    else:
+        obs[i] = row

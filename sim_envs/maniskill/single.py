@@ -1,0 +1,90 @@
+"""One ManiSkill env on the CPU backend, with numpy in and out (ManiSkill's CPU sim allows one env per scene)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim_envs.maniskill.options import ManiSkillOptions, check_assets, quiet_maniskill, translate_simulator_error
+
+
+def _to_numpy(value):
+    if isinstance(value, dict):
+        return {k: _to_numpy(v) for k, v in value.items()}
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def build_gym_env(env_id: str, options: ManiSkillOptions, num_envs: int = 1, sim_backend: str = "physx_cpu"):
+    """``gym.make`` of a ManiSkill env with our options; rgb observations flattened to ``{"rgb", "state"}``."""
+    quiet_maniskill()
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401  (registers ManiSkill's envs)
+    from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
+
+    check_assets(env_id)
+    kwargs = dict(num_envs=num_envs, obs_mode=options.obs_mode, control_mode=options.control_mode,
+                  reward_mode=options.reward_mode, sim_backend=sim_backend,
+                  reconfiguration_freq=options.reconfiguration_freq)
+    if options.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = options.max_episode_steps
+    if options.obs_mode == "rgb":
+        kwargs["sensor_configs"] = dict(width=options.image_size, height=options.image_size)
+    else:
+        kwargs["render_backend"] = "none"
+    try:
+        env = gym.make(env_id, **kwargs)
+    except RuntimeError as error:
+        raise translate_simulator_error(error) from error
+    if options.obs_mode == "rgb":
+        env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
+    return env
+
+
+class SingleCpuEnv:
+    """A single ManiSkill CPU env; ``step`` returns unbatched numpy (obs ``[D]`` or dict, reward float)."""
+
+    def __init__(self, env_id: str, options: ManiSkillOptions):
+        self.env = build_gym_env(env_id, options)
+        self.ignore_terminations = options.ignore_terminations
+        self.max_episode_steps = find_max_episode_steps(self.env)
+        self.action_shape = tuple(self.env.unwrapped.single_action_space.shape)
+        self.action_low = self.env.unwrapped.single_action_space.low
+        self.action_high = self.env.unwrapped.single_action_space.high
+
+    def reset(self, seed: int | None = None):
+        try:
+            obs, _ = self.env.reset(seed=seed)
+        except RuntimeError as error:
+            raise translate_simulator_error(error) from error
+        return _unbatch(_to_numpy(obs))
+
+    def step(self, action: np.ndarray):
+        """action ``[A]`` -> (obs, reward, terminated, truncated, success)."""
+        action = np.clip(action, self.action_low, self.action_high)[None]
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        success = bool(_to_numpy(info["success"]).reshape(-1)[0]) if "success" in info else False
+        terminated = bool(_to_numpy(terminated).reshape(-1)[0])
+        if self.ignore_terminations:
+            terminated = False
+        return (_unbatch(_to_numpy(obs)), float(_to_numpy(reward).reshape(-1)[0]), terminated,
+                bool(_to_numpy(truncated).reshape(-1)[0]), success)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def find_max_episode_steps(env) -> int:
+    """The time limit ManiSkill's TimeLimitWrapper enforces (it is not on ``env.spec``)."""
+    while env is not None:
+        limit = getattr(env, "_max_episode_steps", None)
+        if limit:
+            return int(limit)
+        env = getattr(env, "env", None)
+    raise ValueError("environment has no time limit")
+
+
+def _unbatch(obs):
+    if isinstance(obs, dict):
+        return {k: v[0] for k, v in obs.items()}
+    return obs[0]

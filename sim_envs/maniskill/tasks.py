@@ -1,0 +1,55 @@
+"""ManiSkill3 tasks in the registry. Each task is one decorated function."""
+
+from __future__ import annotations
+
+from sim_envs.maniskill.options import ManiSkillOptions
+from sim_envs.registry import register_task
+
+
+def make_maniskill(env_id: str, num_envs: int, **overrides):
+    """The vector env for ``env_id``: batched GPU sim, one process per env, or envs in this process."""
+    options = ManiSkillOptions.parse(overrides)
+    backend = options.resolved_backend()
+    if backend == "gpu":
+        from sim_envs.maniskill.gpu import GpuManiSkillEnvs
+
+        return GpuManiSkillEnvs(env_id, num_envs, options)
+    if num_envs > 1 and options.processes:
+        from sim_envs.maniskill.processes import ProcessManiSkillEnvs
+
+        return ProcessManiSkillEnvs(env_id, num_envs, options)
+    from sim_envs.maniskill.in_process import InProcessManiSkillEnvs
+
+    return InProcessManiSkillEnvs(env_id, num_envs, options)
+
+
+@register_task("maniskill_pushcube", "Push a cube onto a goal region (Panda)", "maniskill", "PushCube-v1")
+def pushcube(num_envs: int, **overrides):
+    return make_maniskill("PushCube-v1", num_envs, **overrides)
+
+
+@register_task("maniskill_pickcube", "Pick up a cube and move it to a goal position (Panda)", "maniskill", "PickCube-v1")
+def pickcube(num_envs: int, **overrides):
+    return make_maniskill("PickCube-v1", num_envs, **overrides)
+
+
+@register_task("maniskill_stackcube", "Stack a red cube on a green cube (Panda)", "maniskill", "StackCube-v1")
+def stackcube(num_envs: int, **overrides):
+    return make_maniskill("StackCube-v1", num_envs, **overrides)
+
+
+@register_task("maniskill_pullcube", "Pull a cube back to a goal region (Panda)", "maniskill", "PullCube-v1")
+def pullcube(num_envs: int, **overrides):
+    return make_maniskill("PullCube-v1", num_envs, **overrides)
+
+
+@register_task("maniskill_peginsertionside", "Insert a peg into a hole from the side (Panda)", "maniskill",
+               "PegInsertionSide-v1")
+def peginsertionside(num_envs: int, **overrides):
+    return make_maniskill("PegInsertionSide-v1", num_envs, **overrides)
+
+
+@register_task("maniskill_picksingleycb", "Pick up a YCB object (needs the ycb asset download)", "maniskill",
+               "PickSingleYCB-v1")
+def picksingleycb(num_envs: int, **overrides):
+    return make_maniskill("PickSingleYCB-v1", num_envs, **overrides)
