@@ -1,0 +1,100 @@
+"""``embodied-rl train|eval|tasks|bench|doctor``.
+
+Exit codes: 0 success, 2 bad configuration or arguments (one line naming the key and what is allowed),
+1 runtime failure, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from embodied_rl.config.errors import ConfigError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, instead of argparse's usage dump
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="embodied-rl", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = commands.add_parser("train", help="train a policy on a task")
+    train.add_argument("--task", help="a registered task (see `embodied-rl tasks`)")
+    train.add_argument("--config", help="YAML file merged over the task's recipe")
+    train.add_argument("--run-dir", help="run directory (default runs/<task>-<time>)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its latest checkpoint")
+    train.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    train.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. algorithm.lr=1e-4")
+
+    evaluate = commands.add_parser("eval", help="evaluate a checkpoint")
+    evaluate.add_argument("--checkpoint", required=True, help="checkpoint directory or run directory (latest)")
+    evaluate.add_argument("--episodes", type=int, default=64, help="episodes to run (default 64)")
+    evaluate.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+
+    commands.add_parser("tasks", help="list the registered tasks")
+    commands.add_parser("doctor", help="check that the simulator and runtime work on this machine")
+
+    bench = commands.add_parser("bench", help="measure throughput")
+    benches = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
+    env_bench = benches.add_parser("env", help="runtime env loop vs ManiSkill's plain AsyncVectorEnv loop")
+    env_bench.add_argument("--task", default="maniskill_pickcube")
+    env_bench.add_argument("--env-workers", type=int, default=4, help="env processes (both loops)")
+    env_bench.add_argument("--envs-per-worker", type=int, default=1, help="envs per env process (runtime loop)")
+    env_bench.add_argument("--steps", type=int, default=400, help="steps per env per measurement")
+    env_bench.add_argument("--repeats", type=int, default=2, help="alternating measurements of each loop")
+    env_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def dispatch(args) -> int:
+    if args.command == "tasks":
+        from embodied_rl.commands.listing import run_tasks
+
+        return run_tasks()
+    if args.command == "doctor":
+        from embodied_rl.commands.doctor import run_doctor
+
+        return run_doctor()
+    if args.command == "train":
+        from embodied_rl.commands.train import run_train
+
+        return run_train(args.task, args.config, args.overrides, args.run_dir, args.resume, args.ray_address)
+    if args.command == "eval":
+        from embodied_rl.commands.evaluate import run_eval
+
+        return run_eval(args.checkpoint, args.episodes, args.ray_address, args.json)
+    if args.command == "bench" and args.bench == "env":
+        from embodied_rl.bench.env_bench import run_env_bench
+
+        return run_env_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats, args.json)
+    raise ConfigError(f"unknown command {args.command!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "1")
+    args = build_parser().parse_args(argv)
+    try:
+        return dispatch(args)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; workers stopped", file=sys.stderr)
+        return 130
+    except Exception as error:  # a runtime failure: say what, keep the details out of the user's way
+        log = os.environ.get("EMBODIED_RL_TRACEBACK_FILE", "/tmp/embodied-rl-last-error.log")
+        with open(log, "w") as handle:
+            traceback.print_exc(file=handle)
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print(f"error: {type(error).__name__}: {first_line} (traceback in {log})", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Implementations of the CLI's subcommands (``embodied_rl/cli.py`` parses arguments and dispatches)."""

@@ -1,0 +1,40 @@
+"""``embodied-rl eval``: run a checkpoint's policy deterministically and report success rates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import ray
+from omegaconf import OmegaConf
+
+from embodied_rl.config import ConfigError
+from embodied_rl.config.loader import from_yaml_file
+from embodied_rl.utils.checkpoint import CONFIG_FILE, load_checkpoint
+
+
+def run_eval(checkpoint_path: str, episodes: int, ray_address: str | None, as_json: bool) -> int:
+    from embodied_rl.runners.embodied_ppo import episode_metrics
+    from embodied_rl.runners.setup import start_workers
+    from embodied_rl.runtime import Cluster
+
+    if episodes < 1:
+        raise ConfigError(f"--episodes={episodes} is out of range; allowed: an integer >= 1")
+    try:
+        checkpoint = load_checkpoint(Path(checkpoint_path))
+    except FileNotFoundError as error:
+        raise ConfigError(f"--checkpoint: {error}") from None
+    config = from_yaml_file(checkpoint.path / CONFIG_FILE)
+    if ray_address:
+        config.cluster.address = ray_address
+    with Cluster(config.cluster.address, config.cluster.num_cpus) as cluster:
+        workers = start_workers(config, cluster, with_actor=False)
+        version = int(checkpoint.counters.get("iteration", 0))
+        ray.get(workers.rollout.call("load_weights", (checkpoint.weights, version)))
+        results = episode_metrics(workers.evaluate(episodes), "eval")
+    results = {"checkpoint": str(checkpoint.path), **results}
+    if as_json:
+        print(json.dumps(results))
+    else:
+        print(OmegaConf.to_yaml(OmegaConf.create(results)).strip())
+    return 0

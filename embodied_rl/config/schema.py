@@ -1,0 +1,178 @@
+"""Every hyperparameter of a training run, declared once with a one-line docstring.
+
+Defaults follow ManiSkill's published PPO baseline where it applies; per-task recipes in ``configs/`` override them.
+``validate`` checks ranges after YAML and command-line overrides are merged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from embodied_rl.config.errors import ConfigError
+
+
+@dataclass
+class EnvConfig:
+    num_workers: int = 4
+    """Env worker processes (Ray actors)."""
+    envs_per_worker: int = 4
+    """Envs each env worker steps (on CPU one after another; on GPU one batched sim)."""
+    obs_mode: str = "state"
+    """'state' or 'rgb'."""
+    control_mode: str = "pd_joint_delta_pos"
+    """Robot controller."""
+    reward_mode: str = "normalized_dense"
+    """ManiSkill reward: normalized_dense, dense, sparse."""
+    max_episode_steps: Optional[int] = None
+    """Time limit; None keeps the task's own."""
+    reconfiguration_freq: int = 0
+    """Rebuild the scene every this many resets (0 never; ManiSkill's CPU default 1 is much slower)."""
+    backend: str = "auto"
+    """'auto', 'cpu' or 'gpu'."""
+
+
+@dataclass
+class RolloutConfig:
+    num_workers: int = 1
+    """Rollout (inference) worker processes."""
+    steps_per_iteration: int = 50
+    """Env steps per env per iteration (the PPO horizon T)."""
+
+
+@dataclass
+class PolicyConfig:
+    name: str = "mlp"
+    """A registered policy."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Widths of the actor and critic hidden layers."""
+    init_log_std: float = -0.5
+    """Initial log standard deviation of the Gaussian actions."""
+
+
+@dataclass
+class PPOConfig:
+    lr: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.8
+    """Discount factor."""
+    gae_lambda: float = 0.9
+    """GAE lambda."""
+    update_epochs: int = 4
+    """Passes over each batch."""
+    num_minibatches: int = 8
+    """Minibatches per pass."""
+    clip_coef: float = 0.2
+    """PPO ratio clip."""
+    value_clip: Optional[float] = None
+    """Clip value updates to this range around the old values (None: unclipped)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping norm."""
+    target_kl: Optional[float] = 0.1
+    """Stop an update's epochs once the approximate KL exceeds this (None: never)."""
+    normalize_advantages: bool = True
+    """Normalize advantages per minibatch."""
+    reward_scale: float = 1.0
+    """Multiply rewards by this before GAE."""
+
+
+@dataclass
+class EvalConfig:
+    every_iterations: int = 20
+    """Evaluate every this many iterations (0: only at the end)."""
+    num_episodes: int = 64
+    """Episodes per evaluation (deterministic actions, full length)."""
+
+
+@dataclass
+class CheckpointConfig:
+    every_iterations: int = 20
+    """Save every this many iterations (and always at the end)."""
+    keep_last: int = 3
+    """Checkpoints kept on disk."""
+
+
+@dataclass
+class ClusterConfig:
+    address: Optional[str] = None
+    """Ray cluster to join (None: start an embedded local Ray)."""
+    num_cpus: Optional[float] = None
+    """CPU slots of the embedded Ray (None: all cores)."""
+
+
+@dataclass
+class TrainConfig:
+    task: str = "maniskill_pickcube"
+    """A registered task (``embodied-rl tasks``)."""
+    seed: int = 0
+    """Seed of envs, policy initialization and minibatch order."""
+    total_env_steps: int = 2_000_000
+    """Stop after this many env steps."""
+    runs_root: str = "runs"
+    """Where run directories are created."""
+    run_dir: Optional[str] = None
+    """This run's directory (None: ``runs_root/<task>-<time>``)."""
+    log_every_iterations: int = 1
+    """Write scalars every this many iterations."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    algorithm: PPOConfig = field(default_factory=PPOConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+
+def _require(condition: bool, key: str, value, allowed: str) -> None:
+    if not condition:
+        raise ConfigError(f"{key}={value!r} is out of range; allowed: {allowed}")
+
+
+def validate(config: TrainConfig) -> None:
+    """Range checks that types alone cannot express. Raises ConfigError naming the key."""
+    c = config
+    _require(c.total_env_steps >= 1, "total_env_steps", c.total_env_steps, "an integer >= 1")
+    _require(c.log_every_iterations >= 1, "log_every_iterations", c.log_every_iterations, "an integer >= 1")
+    _require(c.env.num_workers >= 1, "env.num_workers", c.env.num_workers, "an integer >= 1")
+    _require(c.env.envs_per_worker >= 1, "env.envs_per_worker", c.env.envs_per_worker, "an integer >= 1")
+    _require(c.env.obs_mode in ("state", "rgb"), "env.obs_mode", c.env.obs_mode, "state, rgb")
+    _require(c.env.backend in ("auto", "cpu", "gpu"), "env.backend", c.env.backend, "auto, cpu, gpu")
+    _require(c.env.reward_mode in ("normalized_dense", "dense", "sparse"), "env.reward_mode", c.env.reward_mode,
+             "normalized_dense, dense, sparse")
+    _require(c.env.reconfiguration_freq >= 0, "env.reconfiguration_freq", c.env.reconfiguration_freq, ">= 0")
+    _require(c.env.max_episode_steps is None or c.env.max_episode_steps >= 1, "env.max_episode_steps",
+             c.env.max_episode_steps, "null or an integer >= 1")
+    _require(c.rollout.num_workers >= 1, "rollout.num_workers", c.rollout.num_workers, "an integer >= 1")
+    _require(c.rollout.steps_per_iteration >= 1, "rollout.steps_per_iteration", c.rollout.steps_per_iteration,
+             "an integer >= 1")
+    _require(len(c.policy.hidden_sizes) >= 1 and all(h >= 1 for h in c.policy.hidden_sizes),
+             "policy.hidden_sizes", list(c.policy.hidden_sizes), "a non-empty list of positive integers")
+    a = c.algorithm
+    _require(a.lr > 0, "algorithm.lr", a.lr, "> 0")
+    _require(0 <= a.gamma <= 1, "algorithm.gamma", a.gamma, "0 <= gamma <= 1")
+    _require(0 <= a.gae_lambda <= 1, "algorithm.gae_lambda", a.gae_lambda, "0 <= gae_lambda <= 1")
+    _require(a.update_epochs >= 1, "algorithm.update_epochs", a.update_epochs, "an integer >= 1")
+    _require(a.num_minibatches >= 1, "algorithm.num_minibatches", a.num_minibatches, "an integer >= 1")
+    _require(a.clip_coef > 0, "algorithm.clip_coef", a.clip_coef, "> 0")
+    _require(a.value_clip is None or a.value_clip > 0, "algorithm.value_clip", a.value_clip, "null or > 0")
+    _require(a.vf_coef >= 0, "algorithm.vf_coef", a.vf_coef, ">= 0")
+    _require(a.ent_coef >= 0, "algorithm.ent_coef", a.ent_coef, ">= 0")
+    _require(a.max_grad_norm > 0, "algorithm.max_grad_norm", a.max_grad_norm, "> 0")
+    _require(a.target_kl is None or a.target_kl > 0, "algorithm.target_kl", a.target_kl, "null or > 0")
+    samples = c.env.num_workers * c.env.envs_per_worker * c.rollout.steps_per_iteration
+    _require(a.num_minibatches <= samples, "algorithm.num_minibatches", a.num_minibatches,
+             f"at most the {samples} samples of one iteration")
+    _require(c.eval.every_iterations >= 0, "eval.every_iterations", c.eval.every_iterations, "an integer >= 0")
+    _require(c.eval.num_episodes >= 1, "eval.num_episodes", c.eval.num_episodes, "an integer >= 1")
+    _require(c.checkpoint.every_iterations >= 0, "checkpoint.every_iterations", c.checkpoint.every_iterations,
+             "an integer >= 0")
+    _require(c.checkpoint.keep_last >= 1, "checkpoint.keep_last", c.checkpoint.keep_last, "an integer >= 1")
+    _require(c.cluster.num_cpus is None or c.cluster.num_cpus > 0, "cluster.num_cpus", c.cluster.num_cpus,
+             "null or > 0")
+    if c.env.obs_mode != "state" and c.policy.name == "mlp":
+        raise ConfigError(f"env.obs_mode={c.env.obs_mode!r} needs an image policy; policy.name='mlp' takes "
+                          "obs_mode='state'")

@@ -1,0 +1,6 @@
+"""Policies. ``build_policy(name, obs_dim, action_dim, **options)`` looks a policy up in ``POLICIES``."""
+
+from embodied_rl.models.registry import POLICIES, build_policy
+from embodied_rl.models import mlp as _mlp  # noqa: F401  (registers "mlp")
+
+__all__ = ["POLICIES", "build_policy"]

@@ -1,0 +1,76 @@
+"""Build the worker groups of an embodied run (env, rollout, actor) on a cluster, and sync weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ray
+
+from embodied_rl.config.schema import TrainConfig
+from embodied_rl.runtime import Channel, Cluster, WorkerGroup
+from embodied_rl.workers.actor_worker import ActorWorker
+from embodied_rl.workers.env_worker import EnvWorker
+from embodied_rl.workers.messages import REQUESTS_KEY, StopServing
+from embodied_rl.workers.rollout_worker import RolloutWorker
+
+
+def env_options(config: TrainConfig) -> dict:
+    e = config.env
+    return dict(obs_mode=e.obs_mode, control_mode=e.control_mode, reward_mode=e.reward_mode,
+                max_episode_steps=e.max_episode_steps, reconfiguration_freq=e.reconfiguration_freq,
+                backend=e.backend)
+
+
+@dataclass
+class EmbodiedWorkers:
+    channel: Channel
+    env: WorkerGroup
+    rollout: WorkerGroup
+    actor: WorkerGroup | None
+    policy_spec: dict
+
+    def sample(self, num_steps: int) -> list[dict]:
+        """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes."""
+        serving = self.rollout.call("serve")
+        episodes = ray.get(self.env.call("interact", num_steps))
+        self.stop_serving(serving)
+        return [e for worker_episodes in episodes for e in worker_episodes]
+
+    def evaluate(self, num_episodes: int) -> list[dict]:
+        per_worker = -(-num_episodes // len(self.env))
+        serving = self.rollout.call("serve")
+        episodes = ray.get(self.env.call("evaluate", per_worker))
+        self.stop_serving(serving)
+        return [e for worker_episodes in episodes for e in worker_episodes]
+
+    def stop_serving(self, serving: list) -> None:
+        for _ in range(len(self.rollout)):
+            self.channel.put(StopServing(), REQUESTS_KEY)
+        ray.get(serving)
+
+    def sync_weights(self) -> int:
+        """Broadcast the actor's weights to every rollout worker through the object store; returns the version."""
+        weights_ref = self.actor.call("get_weights")[0]
+        versions = ray.get(self.rollout.call("load_weights", weights_ref))
+        return versions[0]
+
+
+def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True) -> EmbodiedWorkers:
+    channel = Channel.create("embodied", cluster)
+    num_workers = config.env.num_workers + config.rollout.num_workers + int(with_actor)
+    cpus = max(cluster.total_cpus() / num_workers, 0.01)
+    env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=config.task,
+                      envs_per_worker=config.env.envs_per_worker, env_options=env_options(config),
+                      channel=channel, seed=config.seed)
+    obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
+                                       env.workers[0].action_shape.remote()])
+    policy_spec = dict(name=config.policy.name, obs_dim=int(obs_shape[0]), action_dim=int(action_shape[0]),
+                       hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std)
+    rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
+                          policy=policy_spec, channel=channel)
+    actor = None
+    if with_actor:
+        actor = WorkerGroup(ActorWorker, "actor", 1, cpus_per_worker=cpus, policy=policy_spec,
+                            ppo=vars(config.algorithm).copy(), channel=channel, seed=config.seed,
+                            torch_threads=2)
+    return EmbodiedWorkers(channel, env, rollout, actor, policy_spec)

@@ -1,0 +1,1 @@
+"""Run-directory plumbing: atomic files, checkpoints, metric logs, progress display."""

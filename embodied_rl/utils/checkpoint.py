@@ -1,0 +1,80 @@
+"""Checkpoints: ``checkpoints/iter_000040/`` with safetensors weights, optimizer + RNG state, counters, config.
+
+Each checkpoint is written to a hidden staging directory and renamed into place, so a crash mid-save never
+leaves a checkpoint that looks complete but is not.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from embodied_rl.utils.atomic import publish_directory
+
+WEIGHTS_FILE = "model.safetensors"
+TRAINER_STATE_FILE = "trainer_state.pt"
+COUNTERS_FILE = "counters.json"
+CONFIG_FILE = "config.yaml"
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    weights: dict
+    trainer_state: bytes | None
+    counters: dict
+    config_yaml: str
+
+
+def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, trainer_state: bytes,
+                    counters: dict, config_yaml: str, keep_last: int) -> Path:
+    checkpoints_dir = Path(checkpoints_dir)
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=checkpoints_dir, prefix=".staging-"))
+    try:
+        save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(staging / WEIGHTS_FILE))
+        (staging / TRAINER_STATE_FILE).write_bytes(trainer_state)
+        (staging / COUNTERS_FILE).write_text(json.dumps(counters, indent=2))
+        (staging / CONFIG_FILE).write_text(config_yaml)
+        final = checkpoints_dir / f"iter_{iteration:06d}"
+        publish_directory(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for old in list_checkpoints(checkpoints_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(checkpoints_dir: Path) -> list[Path]:
+    return sorted(p for p in Path(checkpoints_dir).glob("iter_*") if (p / WEIGHTS_FILE).is_file())
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """Accept a checkpoint directory, a run directory (latest checkpoint) or a ``model.safetensors`` file."""
+    path = Path(path)
+    if path.is_file() and path.name == WEIGHTS_FILE:
+        return path.parent
+    if (path / WEIGHTS_FILE).is_file():
+        return path
+    found = list_checkpoints(path / "checkpoints") if (path / "checkpoints").is_dir() else []
+    if found:
+        return found[-1]
+    raise FileNotFoundError(f"no checkpoint at {path} (expected a checkpoint directory with {WEIGHTS_FILE}, "
+                            "or a run directory with checkpoints/)")
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    directory = resolve_checkpoint(path)
+    weights = load_file(str(directory / WEIGHTS_FILE))
+    state_file = directory / TRAINER_STATE_FILE
+    counters_file = directory / COUNTERS_FILE
+    return Checkpoint(directory, weights, state_file.read_bytes() if state_file.is_file() else None,
+                      json.loads(counters_file.read_text()) if counters_file.is_file() else {},
+                      (directory / CONFIG_FILE).read_text() if (directory / CONFIG_FILE).is_file() else "")

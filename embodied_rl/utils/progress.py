@@ -1,0 +1,45 @@
+"""Live progress: a rich bar on a terminal, a plain line every few seconds otherwise (CI, log files)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class TrainingProgress:
+    def __init__(self, total_steps: int, description: str, plain_every_s: float = 10.0):
+        self.total = total_steps
+        self.start = time.monotonic()
+        self.last_plain = 0.0
+        self.plain_every_s = plain_every_s
+        self.interactive = sys.stderr.isatty()
+        self.success = float("nan")
+        self.bar = None
+        if self.interactive:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                TextColumn("{task.completed:,}/{task.total:,} steps"),
+                                TextColumn("{task.fields[rate]:,.0f} steps/s"),
+                                TextColumn("success {task.fields[success]}"), TimeRemainingColumn(),
+                                transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task(description, total=total_steps, rate=0.0, success="-")
+
+    def update(self, steps: int, success: float | None = None) -> None:
+        if success is not None:
+            self.success = success
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        rate = steps / elapsed
+        success_text = "-" if self.success != self.success else f"{self.success:.2f}"
+        if self.bar is not None:
+            self.bar.update(self.task, completed=steps, rate=rate, success=success_text)
+        elif time.monotonic() - self.last_plain >= self.plain_every_s or steps >= self.total:
+            self.last_plain = time.monotonic()
+            eta = (self.total - steps) / rate if rate > 0 else float("inf")
+            print(f"steps {steps:,}/{self.total:,}  {rate:,.0f} steps/s  eval success {success_text}  "
+                  f"elapsed {elapsed:,.0f}s  eta {eta:,.0f}s", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

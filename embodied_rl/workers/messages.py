@@ -1,0 +1,66 @@
+"""What env, rollout and actor workers send each other through channels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+REQUESTS_KEY = "requests"
+TRAJECTORIES_KEY = "trajectories"
+
+
+def responses_key(env_rank: int) -> str:
+    return f"responses:{env_rank}"
+
+
+@dataclass
+class PolicyRequest:
+    """An env worker asks for actions. obs ``[b, ...]``; final_obs ``[k, ...]``: last observations of episodes
+    that ended at the previous step (their values bootstrap truncation); ``want_actions=False`` asks for values only.
+    """
+
+    env_rank: int
+    obs: object
+    final_obs: object | None
+    deterministic: bool = False
+    want_actions: bool = True
+
+
+@dataclass
+class PolicyResponse:
+    """actions ``[b, A]`` float32, logp ``[b]``, values ``[b]``, final_values ``[k]``; produced by ``policy_version``."""
+
+    actions: np.ndarray | None
+    logp: np.ndarray | None
+    values: np.ndarray
+    final_values: np.ndarray
+    policy_version: int
+    rollout_rank: int
+
+
+class StopServing:
+    """Sentinel telling a rollout worker to return from ``serve``."""
+
+
+@dataclass
+class Trajectory:
+    """One env worker's ``T`` steps of ``b`` envs, time-major.
+
+    obs ``[T, b, D]``, actions ``[T, b, A]``, logp / values / rewards ``[T, b]`` float32,
+    terminated / truncated ``[T, b]`` bool, final_values ``[T, b]`` (V of the last observation where truncated),
+    next_value ``[b]`` (V of the observation after step T), policy_versions ``[T]`` int64
+    (the version that chose each step's actions), env_rank (the producer).
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    logp: np.ndarray
+    values: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_values: np.ndarray
+    next_value: np.ndarray
+    policy_versions: np.ndarray
+    env_rank: int

@@ -1,0 +1,76 @@
+"""Rollout worker: holds an inference copy of the policy and answers env workers' requests in batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from embodied_rl.models import build_policy
+from embodied_rl.runtime import Worker
+from embodied_rl.workers.messages import REQUESTS_KEY, PolicyRequest, PolicyResponse, StopServing, responses_key
+
+
+class RolloutWorker(Worker):
+    """Serves ``PolicyRequest``s from the channel until it receives ``StopServing``.
+
+    Every request already waiting is answered with one batched forward pass, so the batch grows with the
+    number of env workers that are ready, and no env worker waits for the slowest one.
+    """
+
+    def __init__(self, policy: dict, channel, **kwargs):
+        super().__init__(**kwargs)
+        self.policy = build_policy(**policy).eval()
+        self.policy_version = 0
+        self.channel = channel
+        self.channel.subscribe(REQUESTS_KEY)
+        self.requests_served = 0
+        self.forward_passes = 0
+
+    def load_weights(self, weights_and_version: tuple[dict, int]) -> int:
+        """Install ``(state_dict of numpy arrays, policy version)``; returns the version."""
+        state_dict, version = weights_and_version
+        self.policy.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state_dict.items()})
+        self.policy_version = version
+        return version
+
+    def serve(self) -> dict:
+        """Answer requests until a ``StopServing`` arrives; returns counters."""
+        stop = False
+        while not stop:
+            requests = []
+            for item in self.channel.get_batch(REQUESTS_KEY):
+                if isinstance(item, StopServing):
+                    stop = True
+                else:
+                    requests.append(item)
+            if requests:
+                self._answer(requests)
+        return dict(requests=self.requests_served, forward_passes=self.forward_passes)
+
+    def _answer(self, requests: list[PolicyRequest]) -> None:
+        for deterministic in (False, True):
+            group = [r for r in requests if r.deterministic == deterministic]
+            if group:
+                self._answer_group(group, deterministic)
+
+    def _answer_group(self, requests: list[PolicyRequest], deterministic: bool) -> None:
+        pieces = []
+        for r in requests:
+            pieces.append(r.obs)
+            if r.final_obs is not None:
+                pieces.append(r.final_obs)
+        obs = torch.as_tensor(np.concatenate(pieces, axis=0))
+        actions, logp, values = self.policy.act(obs, deterministic=deterministic)
+        actions, logp, values = actions.numpy(), logp.numpy(), values.numpy()
+        self.forward_passes += 1
+        offset = 0
+        for r in requests:
+            n = len(r.obs)
+            k = 0 if r.final_obs is None else len(r.final_obs)
+            rows = slice(offset, offset + n)
+            self.channel.put(PolicyResponse(
+                actions[rows] if r.want_actions else None, logp[rows] if r.want_actions else None,
+                values[rows], values[offset + n: offset + n + k], self.policy_version, self.rank),
+                responses_key(r.env_rank))
+            offset += n + k
+            self.requests_served += 1
