@@ -41,6 +41,7 @@ class Cluster:
         elif self.address:
             ray.init(address=self.address, logging_level="ERROR", log_to_driver=True)
         else:
+            _bind_to_loopback()
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, logging_level="ERROR",
                      _node_ip_address="127.0.0.1", log_to_driver=True,
                      namespace=f"embodied-rl-{self.session_id}")
@@ -69,6 +70,18 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _bind_to_loopback() -> None:
+    """Make an embedded Ray advertise and bind 127.0.0.1 only (no port open to the network).
+
+    Ray resolves a loopback ``_node_ip_address`` to the machine's external address unless its "local only"
+    mode is on; that mode is read from this variable by the driver now and by Ray's child processes at start.
+    """
+    from ray._private import ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def install_interrupt_handler() -> None:

@@ -58,6 +58,9 @@ class WorkerGroup:
                                                                                 soft=False)
             self.workers.append(remote_class.options(**options).remote(
                 group=name, rank=rank, world_size=num_workers, **worker_kwargs))
+        # Wait until every rank has finished constructing (and subscribed to its channel keys), so the first
+        # messages see all members; a constructor's exception surfaces here.
+        ray.get([worker.ping.remote() for worker in self.workers])
 
     def __len__(self) -> int:
         return len(self.workers)

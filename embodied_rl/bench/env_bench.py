@@ -1,0 +1,108 @@
+"""``embodied-rl bench env``: env-step throughput of the runtime loop vs the plain AsyncVectorEnv loop.
+
+Runtime loop: env workers (Ray actors) -> channel -> rollout worker (batched policy inference) -> back, with
+trajectories shipped to a reader as in training. Baseline: what ManiSkill's CPU PPO does, Gymnasium
+``AsyncVectorEnv`` over the same number of env processes, the same policy's inference in the driver, no Ray,
+no channels. The two are measured alternately, ``repeats`` times each, in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import torch
+
+from embodied_rl.config import ConfigError, load_train_config
+from embodied_rl.config.schema import TrainConfig
+
+
+def _policy(obs_dim: int, action_dim: int, config: TrainConfig):
+    from embodied_rl.models import build_policy
+
+    return build_policy(config.policy.name, obs_dim, action_dim, hidden_sizes=list(config.policy.hidden_sizes))
+
+
+def measure_baseline(config: TrainConfig, num_envs: int, steps: int) -> float:
+    """Env steps/s of AsyncVectorEnv + driver-side inference over ``steps`` steps of ``num_envs`` envs."""
+    import sim_envs
+    from embodied_rl.runners.setup import env_options
+    from sim_envs.maniskill.options import ManiSkillOptions
+    from sim_envs.maniskill.processes import make_async_vector_env
+
+    options = ManiSkillOptions.parse(env_options(config))
+    env_id = sim_envs.get_task(config.task).env_id
+    vector_env = make_async_vector_env(env_id, num_envs, options)
+    try:
+        policy = _policy(vector_env.single_observation_space.shape[0], vector_env.single_action_space.shape[0],
+                         config)
+        obs, _ = vector_env.reset(seed=list(range(num_envs)))
+        for _ in range(5):  # warm-up
+            obs, *_ = vector_env.step(policy.act(torch.as_tensor(obs))[0].numpy())
+        start = time.perf_counter()
+        for _ in range(steps):
+            actions, _, _ = policy.act(torch.as_tensor(obs))
+            obs, *_ = vector_env.step(actions.numpy())
+        return steps * num_envs / (time.perf_counter() - start)
+    finally:
+        vector_env.close()
+
+
+class RuntimeLoop:
+    """Env and rollout worker groups on a local cluster, reused across measurements."""
+
+    def __init__(self, config: TrainConfig, cluster):
+        from embodied_rl.runners.setup import start_workers
+
+        self.workers = start_workers(config, cluster, with_actor=False)
+        self.num_envs = config.env.num_workers * config.env.envs_per_worker
+
+    def measure(self, steps: int) -> float:
+        from embodied_rl.workers.messages import TRAJECTORIES_KEY
+
+        channel = self.workers.channel
+        start = time.perf_counter()
+        self.workers.sample(steps)
+        received = 0
+        while received < len(self.workers.env):  # trajectories go to a reader, as in training
+            received += len(channel.get_batch(TRAJECTORIES_KEY))
+        return steps * self.num_envs / (time.perf_counter() - start)
+
+
+def run_env_bench(task: str, env_workers: int, envs_per_worker: int, steps: int, repeats: int,
+                  as_json: bool) -> int:
+    from embodied_rl.runtime import Cluster
+
+    for name, value in (("--env-workers", env_workers), ("--envs-per-worker", envs_per_worker),
+                        ("--steps", steps), ("--repeats", repeats)):
+        if value < 1:
+            raise ConfigError(f"{name}={value} is out of range; allowed: an integer >= 1")
+    config = load_train_config(task, None, [f"env.num_workers={env_workers}",
+                                            f"env.envs_per_worker={envs_per_worker}"])
+    from embodied_rl.commands.preflight import check_task_starts
+
+    check_task_starts(config)
+    num_envs = env_workers * envs_per_worker
+    runtime_rates, baseline_rates = [], []
+    with Cluster(config.cluster.address, config.cluster.num_cpus) as cluster:
+        loop = RuntimeLoop(config, cluster)
+        loop.measure(10)  # warm-up: workers import, connect and fill caches
+        for _ in range(repeats):
+            runtime_rates.append(loop.measure(steps))
+            baseline_rates.append(measure_baseline(config, num_envs, steps))
+    result = {
+        "task": task, "env_processes": env_workers, "envs_per_process": envs_per_worker, "num_envs": num_envs,
+        "steps_per_env": steps, "repeats": repeats,
+        "runtime_env_steps_per_s": [round(r, 1) for r in runtime_rates],
+        "baseline_async_vector_env_steps_per_s": [round(r, 1) for r in baseline_rates],
+        "runtime_median": round(float(np.median(runtime_rates)), 1),
+        "baseline_median": round(float(np.median(baseline_rates)), 1),
+    }
+    result["ratio_runtime_over_baseline"] = round(result["runtime_median"] / result["baseline_median"], 3)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:<40} {value}")
+    return 0
