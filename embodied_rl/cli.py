@@ -79,6 +79,9 @@ def dispatch(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "1")
     args = build_parser().parse_args(argv)
+    from embodied_rl.runtime.cluster import install_interrupt_handler
+
+    install_interrupt_handler()
     try:
         return dispatch(args)
     except ConfigError as error:

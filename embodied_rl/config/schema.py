@@ -106,8 +106,8 @@ class ClusterConfig:
 
 @dataclass
 class TrainConfig:
-    task: str = "maniskill_pickcube"
-    """A registered task (``embodied-rl tasks``)."""
+    task: Optional[str] = None
+    """A registered task (``embodied-rl tasks``); required."""
     seed: int = 0
     """Seed of envs, policy initialization and minibatch order."""
     total_env_steps: int = 2_000_000

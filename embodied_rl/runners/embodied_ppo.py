@@ -58,6 +58,7 @@ class EmbodiedPPORunner:
             finally:
                 progress.close()
                 log.close()
+                workers.shutdown()
         return self.last_eval
 
     def _loop(self, workers, log: MetricsLog, progress: TrainingProgress) -> None:

@@ -48,6 +48,11 @@ class EmbodiedWorkers:
             self.channel.put(StopServing(), REQUESTS_KEY)
         ray.get(serving)
 
+    def shutdown(self) -> None:
+        for group in (self.env, self.rollout, self.actor):
+            if group is not None:
+                group.kill()
+
     def sync_weights(self) -> int:
         """Broadcast the actor's weights to every rollout worker through the object store; returns the version."""
         weights_ref = self.actor.call("get_weights")[0]

@@ -51,7 +51,8 @@ class Channel:
 
     @classmethod
     def create(cls, name: str, cluster) -> "Channel":
-        return cls(name, cluster.session_dir, get_or_create_directory())
+        """A channel of this cluster session (two sessions on one Ray never share a channel's keys)."""
+        return cls(f"{cluster.session_id}/{name}", cluster.session_dir, get_or_create_directory())
 
     def __getstate__(self):
         return {"name": self.name, "session_dir": self.session_dir, "directory": self.directory}

@@ -1,0 +1,46 @@
+import pytest
+
+from embodied_rl.config import ConfigError, load_train_config
+
+
+def test_task_recipe_overrides_schema_defaults_and_cli_overrides_recipe():
+    config = load_train_config("maniskill_pushcube", None, ["algorithm.lr=1e-4", "env.num_workers=2"])
+    assert config.task == "maniskill_pushcube"
+    assert config.algorithm.update_epochs == 8  # from configs/maniskill_pushcube.yaml
+    assert config.algorithm.lr == pytest.approx(1e-4)
+    assert config.env.num_workers == 2
+
+
+def test_user_yaml_file_is_merged(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("algorithm:\n  gamma: 0.95\nrollout:\n  steps_per_iteration: 10\n")
+    config = load_train_config("maniskill_pushcube", str(path), [])
+    assert config.algorithm.gamma == pytest.approx(0.95)
+    assert config.rollout.steps_per_iteration == 10
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algorithm.lrr=1"], "algorithm.lrr"),
+    (["algorithm.lr=abc"], "algorithm.lr"),
+    (["algorithm.gamma=2"], "algorithm.gamma=2.0 is out of range; allowed: 0 <= gamma <= 1"),
+    (["env.num_workers=0"], "env.num_workers=0 is out of range"),
+    (["env.obs_mode=depth"], "env.obs_mode='depth'"),
+    (["nokey"], "must look like key=value"),
+    (["algorithm.num_minibatches=100000"], "algorithm.num_minibatches"),
+])
+def test_bad_values_raise_one_line_naming_the_key(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        load_train_config("maniskill_pushcube", None, overrides)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_task_and_missing_or_broken_files(tmp_path):
+    with pytest.raises(ConfigError, match="unknown task 'nope'"):
+        load_train_config("nope", None, [])
+    with pytest.raises(ConfigError, match="file not found"):
+        load_train_config("maniskill_pushcube", str(tmp_path / "missing.yaml"), [])
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("algorithm: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_train_config("maniskill_pushcube", str(broken), [])
