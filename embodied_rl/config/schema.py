@@ -78,6 +78,8 @@ class PPOConfig:
     """Normalize advantages per minibatch."""
     reward_scale: float = 1.0
     """Multiply rewards by this before GAE."""
+    bootstrap_on_termination: bool = True
+    """Bootstrap from V(final observation) at terminations too (ManiSkill ends episodes at success)."""
 
 
 @dataclass

@@ -32,15 +32,19 @@ class EmbodiedWorkers:
     def sample(self, num_steps: int) -> list[dict]:
         """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes."""
         serving = self.rollout.call("serve")
-        episodes = ray.get(self.env.call("interact", num_steps))
-        self.stop_serving(serving)
+        try:
+            episodes = ray.get(self.env.call("interact", num_steps))
+        finally:
+            self.stop_serving(serving)
         return [e for worker_episodes in episodes for e in worker_episodes]
 
     def evaluate(self, num_episodes: int) -> list[dict]:
         per_worker = -(-num_episodes // len(self.env))
         serving = self.rollout.call("serve")
-        episodes = ray.get(self.env.call("evaluate", per_worker))
-        self.stop_serving(serving)
+        try:
+            episodes = ray.get(self.env.call("evaluate", per_worker))
+        finally:
+            self.stop_serving(serving)
         return [e for worker_episodes in episodes for e in worker_episodes]
 
     def stop_serving(self, serving: list) -> None:

@@ -85,9 +85,13 @@ def _bind_to_loopback() -> None:
 
 
 def install_interrupt_handler() -> None:
-    """Turn SIGTERM into KeyboardInterrupt so ``with Cluster()`` blocks unwind and stop Ray on kill too."""
+    """Raise KeyboardInterrupt on SIGINT and SIGTERM so ``with Cluster()`` blocks unwind and stop Ray.
+
+    SIGINT is set explicitly: a process started in the background by a shell inherits SIGINT ignored.
+    """
 
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -54,9 +54,11 @@ class ActorWorker(Worker):
         cfg = self.ppo
         rewards = batch["rewards"] * cfg["reward_scale"]
         dones = batch["terminated"] | batch["truncated"]
+        # ManiSkill terminates an episode at success; with dense rewards, not bootstrapping there makes
+        # success worth less than hovering next to it, and the policy learns to avoid finishing.
+        bootstrap = dones if cfg["bootstrap_on_termination"] else batch["truncated"] & ~batch["terminated"]
         advantages, returns = gae(rewards, batch["values"], dones, next_value, cfg["gamma"], cfg["gae_lambda"],
-                                  truncated=batch["truncated"] & ~batch["terminated"],
-                                  final_values=batch["final_values"])
+                                  truncated=bootstrap, final_values=batch["final_values"])
         T, B = rewards.shape
         flat = lambda x: x.reshape(T * B, *x.shape[2:])  # noqa: E731
         obs, actions = flat(batch["obs"]), flat(batch["actions"])

@@ -54,7 +54,7 @@ class EnvWorker(Worker):
         final_values = np.zeros((T, b), np.float32)
         versions = np.zeros(T, np.int64)
         episodes: list[dict] = []
-        pending = None  # (step, env indices) whose truncation value comes with the next response
+        pending = None  # (step, env indices) whose final-observation value comes with the next response
         final_obs = None
         for t in range(T + 1):
             response = self._ask(self.obs, final_obs, want_actions=t < T)
@@ -70,7 +70,7 @@ class EnvWorker(Worker):
             batch = self.env.step(response.actions)
             rewards[t], terminated[t], truncated[t] = batch.rewards, batch.terminated, batch.truncated
             episodes.extend(_finished_episodes(batch))
-            ended = np.flatnonzero(batch.truncated & ~batch.terminated)
+            ended = np.flatnonzero(batch.truncated | batch.terminated)
             pending = (t, ended) if len(ended) else None
             final_obs = obs_rows(batch.final_obs, ended) if len(ended) else None
             self.obs = batch.obs

@@ -48,7 +48,8 @@ class Trajectory:
     """One env worker's ``T`` steps of ``b`` envs, time-major.
 
     obs ``[T, b, D]``, actions ``[T, b, A]``, logp / values / rewards ``[T, b]`` float32,
-    terminated / truncated ``[T, b]`` bool, final_values ``[T, b]`` (V of the last observation where truncated),
+    terminated / truncated ``[T, b]`` bool, final_values ``[T, b]`` (V of the last observation of every episode
+    that ended at step t, terminated or truncated; 0 elsewhere: the trainer decides which ones bootstrap),
     next_value ``[b]`` (V of the observation after step T), policy_versions ``[T]`` int64
     (the version that chose each step's actions), env_rank (the producer).
     """
