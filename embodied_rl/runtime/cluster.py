@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import uuid
 
 import ray
@@ -48,6 +49,8 @@ class Cluster:
             self._owns_ray = True
         self._started = True
         _ACTIVE = self
+        if threading.current_thread() is threading.main_thread():
+            install_interrupt_handler()  # after ray.init, whose own SIGTERM handler aborts without cleanup
         atexit.register(self.shutdown)
         return self
 
