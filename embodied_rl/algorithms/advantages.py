@@ -15,6 +15,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from .groups import check_groups
 from .registry import ADVANTAGE_ESTIMATORS
 
 
@@ -96,14 +97,7 @@ def gae(
 
 def _grouped(scores: torch.Tensor, group_size: int) -> torch.Tensor:
     """`[N]` group-contiguous scores -> `[N // G, G]` float view."""
-    if scores.dim() != 1:
-        raise ValueError(f"scores must be 1-D [N], got shape {tuple(scores.shape)}")
-    if group_size < 1:
-        raise ValueError(f"group_size must be >= 1, got {group_size}")
-    if scores.numel() % group_size != 0:
-        raise ValueError(
-            f"number of scores ({scores.numel()}) is not a multiple of group_size ({group_size})"
-        )
+    check_groups(scores, group_size)
     return _as_float(scores).view(-1, group_size)
 
 

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import torch
 
-
-def _check_groups(x: torch.Tensor, group_size: int) -> None:
-    if x.dim() != 1:
-        raise ValueError(f"expected a 1-D [N] tensor, got shape {tuple(x.shape)}")
-    if group_size < 1:
-        raise ValueError(f"group_size must be >= 1, got {group_size}")
-    if x.numel() % group_size != 0:
-        raise ValueError(
-            f"number of samples ({x.numel()}) is not a multiple of group_size ({group_size})"
-        )
+from .groups import check_groups
 
 
 def dynamic_sampling_mask(scores: torch.Tensor, group_size: int) -> torch.Tensor:
     """DAPO dynamic sampling: `[N]` scores -> bool `[N]`, True for every member of
     a group whose scores are not all identical (such groups carry no GRPO signal)."""
-    _check_groups(scores, group_size)
+    check_groups(scores, group_size)
     grouped = scores.view(-1, group_size)
     informative = (grouped != grouped[:, :1]).any(dim=1)
     return informative[:, None].expand_as(grouped).reshape(-1)
@@ -29,7 +20,7 @@ def gfpo_keep_mask(metric: torch.Tensor, group_size: int, keep: int) -> torch.Te
     """GFPO filtering: `[N]` metric (e.g. response length) -> bool `[N]` keeping,
     in each group, the `keep` members with the smallest metric; ties go to the
     lower index."""
-    _check_groups(metric, group_size)
+    check_groups(metric, group_size)
     if keep < 1 or keep > group_size:
         raise ValueError(f"keep must be in [1, group_size={group_size}], got {keep}")
     grouped = metric.view(-1, group_size)

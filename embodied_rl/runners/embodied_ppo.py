@@ -45,11 +45,12 @@ class EmbodiedPPORunner:
     def run(self) -> dict:
         c = self.config
         with Cluster(c.cluster.address, c.cluster.num_cpus) as cluster:
-            workers = start_workers(c, cluster)
             if self.resume is not None:
-                ray.get(workers.actor.call("load_training_state", self.resume.weights, self.resume.trainer_state))
                 self.iteration = int(self.resume.counters.get("iteration", 0))
                 self.env_steps = int(self.resume.counters.get("env_steps", 0))
+            workers = start_workers(c, cluster, env_seed_offset=self.env_steps)
+            if self.resume is not None:
+                ray.get(workers.actor.call("load_training_state", self.resume.weights, self.resume.trainer_state))
             workers.sync_weights()
             log = MetricsLog(self.run_dir)
             progress = TrainingProgress(c.total_env_steps, c.task)

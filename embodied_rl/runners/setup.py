@@ -64,13 +64,18 @@ class EmbodiedWorkers:
         return versions[0]
 
 
-def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True) -> EmbodiedWorkers:
+def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True,
+                  env_seed_offset: int = 0) -> EmbodiedWorkers:
+    """Env, rollout and (optionally) actor groups sharing one channel; CPU slots split evenly among them.
+
+    ``env_seed_offset`` moves the envs to fresh initial states (a resumed run must not replay the first episodes).
+    """
     channel = Channel.create("embodied", cluster)
     num_workers = config.env.num_workers + config.rollout.num_workers + int(with_actor)
     cpus = max(cluster.total_cpus() / num_workers, 0.01)
     env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=config.task,
                       envs_per_worker=config.env.envs_per_worker, env_options=env_options(config),
-                      channel=channel, seed=config.seed)
+                      channel=channel, seed=config.seed + env_seed_offset)
     obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
                                        env.workers[0].action_shape.remote()])
     policy_spec = dict(name=config.policy.name, obs_dim=int(obs_shape[0]), action_dim=int(action_shape[0]),
