@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     env_bench.add_argument("--steps", type=int, default=400, help="steps per env per measurement")
     env_bench.add_argument("--repeats", type=int, default=2, help="alternating measurements of each loop")
     env_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
+    channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
+    channel_bench.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -73,6 +76,10 @@ def dispatch(args) -> int:
         from embodied_rl.bench.env_bench import run_env_bench
 
         return run_env_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats, args.json)
+    if args.command == "bench" and args.bench == "channel":
+        from embodied_rl.bench.channel_bench import run_channel_bench
+
+        return run_channel_bench(args.json, args.repeats)
     raise ConfigError(f"unknown command {args.command!r}")
 
 

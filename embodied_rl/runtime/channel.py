@@ -14,7 +14,10 @@ import time
 import ray
 
 from embodied_rl.runtime.channel_directory import get_or_create_directory
+from embodied_rl.runtime.transports.shared_memory import DEFAULT_THRESHOLD
 from embodied_rl.runtime.transports.unix_socket import Inbox, Outbox
+
+TRANSPORTS = ("auto", "socket", "shared_memory")
 
 
 class ChannelTimeout(TimeoutError):
@@ -41,7 +44,12 @@ class _ProcessEndpoints:
 class Channel:
     """A named set of keyed queues. Create one in the driver with ``Channel.create(name, cluster)``."""
 
-    def __init__(self, name: str, session_dir: str, directory):
+    def __init__(self, name: str, session_dir: str, directory, transport: str = "auto"):
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport={transport!r}; allowed: {', '.join(TRANSPORTS)}")
+        self.transport = transport
+        # auto: arrays of 64 KiB and more through shared memory, smaller ones inline on the socket.
+        self.shm_threshold = {"auto": DEFAULT_THRESHOLD, "shared_memory": 0, "socket": None}[transport]
         self.name = name
         self.session_dir = session_dir
         self.directory = directory
@@ -50,15 +58,24 @@ class Channel:
         self._subscribed: set[str] = set()
 
     @classmethod
-    def create(cls, name: str, cluster) -> "Channel":
-        """A channel of this cluster session (two sessions on one Ray never share a channel's keys)."""
-        return cls(f"{cluster.session_id}/{name}", cluster.session_dir, get_or_create_directory())
+    def create(cls, name: str, cluster, transport: str = "auto") -> "Channel":
+        """A channel of this cluster session (two sessions on one Ray never share a channel's keys).
+
+        ``transport``: ``auto`` (large arrays through shared memory), ``socket`` (everything through the
+        socket), ``shared_memory`` (every array buffer through shared memory).
+        """
+        return cls(f"{cluster.session_id}/{name}", cluster.session_dir, get_or_create_directory(), transport)
 
     def __getstate__(self):
-        return {"name": self.name, "session_dir": self.session_dir, "directory": self.directory}
+        return {"name": self.name, "session_dir": self.session_dir, "directory": self.directory,
+                "transport": self.transport}
 
     def __setstate__(self, state):
-        self.__init__(state["name"], state["session_dir"], state["directory"])
+        self.__init__(state["name"], state["session_dir"], state["directory"], state["transport"])
+
+    def traffic(self) -> dict:
+        """Counters of what this process has sent, by transport (all channels of the session)."""
+        return dict(self._endpoints.outbox.counters)
 
     @property
     def _endpoints(self) -> _ProcessEndpoints:
@@ -108,13 +125,13 @@ class Channel:
             endpoints.inbox.deliver(self.name, key, item)
             return
         try:
-            endpoints.outbox.send(address, self.name, key, item)
+            endpoints.outbox.send(address, self.name, key, item, self.shm_threshold)
         except OSError:
             # The reader left (or restarted): refresh membership and resend once.
             endpoints.outbox.forget(address)
             self._readers.pop(key, None)
             readers = self._lookup_readers(key, timeout)
-            endpoints.outbox.send(readers[0], self.name, key, item)
+            endpoints.outbox.send(readers[0], self.name, key, item, self.shm_threshold)
 
     def refresh(self) -> None:
         """Forget cached reader lists (call between batches when workers may have joined or left)."""

@@ -79,6 +79,11 @@ class ActorWorker(Worker):
                 ones = torch.ones_like(logp)[:, None]
                 pg_loss, pg_metrics = policy_loss(logp[:, None], old_logp[idx][:, None], adv, ones,
                                                   cfg["clip_coef"], cfg["clip_coef"])
+                # Checked before every step (as CleanRL does): one epoch of many small minibatches can
+                # otherwise carry the policy far past the trust region before an epoch-level check sees it.
+                if cfg["target_kl"] is not None and pg_metrics["approx_kl"] > cfg["target_kl"]:
+                    stopped_early = True
+                    break
                 v_loss = value_loss(values, old_values[idx], returns[idx], cfg["value_clip"])
                 loss = pg_loss - cfg["ent_coef"] * entropy.mean() + cfg["vf_coef"] * v_loss
                 self.optimizer.zero_grad(set_to_none=True)
@@ -90,8 +95,7 @@ class ActorWorker(Worker):
                                     ("entropy", entropy.mean().item()), ("approx_kl", pg_metrics["approx_kl"]),
                                     ("clip_fraction", pg_metrics["clip_fraction"])):
                     sums[name] += value
-            if cfg["target_kl"] is not None and pg_metrics["approx_kl"] > cfg["target_kl"]:
-                stopped_early = True
+            if stopped_early:
                 break
         explained = 1 - torch.var(returns - old_values) / (torch.var(returns) + 1e-8)
         metrics = {f"train/{k}": v / max(updates, 1) for k, v in sums.items()}

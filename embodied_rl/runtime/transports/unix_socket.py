@@ -60,26 +60,30 @@ class Inbox:
 
 
 class Outbox:
-    """This process's sending end: one cached connection per destination inbox.
+    """This process's sending end: one cached connection per destination inbox, and traffic counters."""
 
-    ``shm_threshold``: array buffers of at least this many bytes go through shared memory (None: never).
-    """
-
-    def __init__(self, shm_threshold: int | None = shared_memory.DEFAULT_THRESHOLD):
+    def __init__(self):
         self._connections: dict[str, Connection] = {}
-        if shm_threshold is not None and not shared_memory.shared_memory_available():
-            shm_threshold = None
-        self.shm_threshold = shm_threshold
+        self.counters = {"socket_messages": 0, "socket_bytes": 0, "shared_memory_buffers": 0,
+                         "shared_memory_bytes": 0}
 
-    def send(self, address: str, channel: str, key: str, item) -> None:
-        threshold = self.shm_threshold if self.shm_threshold is not None else 1 << 62
-        payload, descriptors = shared_memory.encode(item, threshold)
+    def send(self, address: str, channel: str, key: str, item, shm_threshold: int | None) -> None:
+        """Send ``item``; array buffers of at least ``shm_threshold`` bytes go through shared memory."""
+        if shm_threshold is None or not shared_memory.shared_memory_available():
+            shm_threshold = 1 << 62
+        payload, descriptors = shared_memory.encode(item, shm_threshold)
         frame = pickle.dumps((channel, key, payload, descriptors), protocol=pickle.HIGHEST_PROTOCOL)
         try:
             self._connection(address).send_bytes(frame)
         except BaseException:
             shared_memory.discard(descriptors)
             raise
+        self.counters["socket_messages"] += 1
+        self.counters["socket_bytes"] += len(frame)
+        for descriptor in descriptors:
+            if descriptor[0] == "shm":
+                self.counters["shared_memory_buffers"] += 1
+                self.counters["shared_memory_bytes"] += descriptor[2]
 
     def _connection(self, address: str) -> Connection:
         connection = self._connections.get(address)
