@@ -30,6 +30,8 @@ class EnvConfig:
     """Rebuild the scene every this many resets (0 never; ManiSkill's CPU default 1 is much slower)."""
     backend: str = "auto"
     """'auto', 'cpu' or 'gpu'."""
+    pipeline_stages: int = 1
+    """Split each env worker's envs into this many groups so simulation overlaps policy inference."""
 
 
 @dataclass
@@ -141,6 +143,8 @@ def validate(config: TrainConfig) -> None:
     _require(c.log_every_iterations >= 1, "log_every_iterations", c.log_every_iterations, "an integer >= 1")
     _require(c.env.num_workers >= 1, "env.num_workers", c.env.num_workers, "an integer >= 1")
     _require(c.env.envs_per_worker >= 1, "env.envs_per_worker", c.env.envs_per_worker, "an integer >= 1")
+    _require(1 <= c.env.pipeline_stages <= c.env.envs_per_worker, "env.pipeline_stages", c.env.pipeline_stages,
+             f"1 to env.envs_per_worker ({c.env.envs_per_worker})")
     _require(c.env.obs_mode in ("state", "rgb"), "env.obs_mode", c.env.obs_mode, "state, rgb")
     _require(c.env.backend in ("auto", "cpu", "gpu"), "env.backend", c.env.backend, "auto, cpu, gpu")
     _require(c.env.reward_mode in ("normalized_dense", "dense", "sparse"), "env.reward_mode", c.env.reward_mode,

@@ -75,7 +75,8 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     cpus = max(cluster.total_cpus() / num_workers, 0.01)
     env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=config.task,
                       envs_per_worker=config.env.envs_per_worker, env_options=env_options(config),
-                      channel=channel, seed=config.seed + env_seed_offset)
+                      channel=channel, seed=config.seed + env_seed_offset,
+                      pipeline_stages=config.env.pipeline_stages)
     obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
                                        env.workers[0].action_shape.remote()])
     policy_spec = dict(name=config.policy.name, obs_dim=int(obs_shape[0]), action_dim=int(action_shape[0]),

@@ -13,11 +13,13 @@ import time
 
 import ray
 
-from embodied_rl.runtime.channel_directory import get_or_create_directory
 from embodied_rl.runtime.transports.shared_memory import DEFAULT_THRESHOLD
 from embodied_rl.runtime.transports.unix_socket import Inbox, Outbox
 
 TRANSPORTS = ("auto", "socket", "shared_memory")
+
+
+_CHANNEL_NUMBERS = itertools.count()
 
 
 class ChannelTimeout(TimeoutError):
@@ -59,12 +61,13 @@ class Channel:
 
     @classmethod
     def create(cls, name: str, cluster, transport: str = "auto") -> "Channel":
-        """A channel of this cluster session (two sessions on one Ray never share a channel's keys).
+        """A new channel of this cluster session; ``name`` labels it (each call makes a distinct channel).
 
         ``transport``: ``auto`` (large arrays through shared memory), ``socket`` (everything through the
         socket), ``shared_memory`` (every array buffer through shared memory).
         """
-        return cls(f"{cluster.session_id}/{name}", cluster.session_dir, get_or_create_directory(), transport)
+        unique = f"{cluster.session_id}/{name}/{next(_CHANNEL_NUMBERS)}"
+        return cls(unique, cluster.session_dir, cluster.channel_directory(), transport)
 
     def __getstate__(self):
         return {"name": self.name, "session_dir": self.session_dir, "directory": self.directory,
@@ -121,17 +124,20 @@ class Channel:
         readers = self._readers.get(key) or self._lookup_readers(key, timeout)
         address = readers[next(self._round_robin[key]) % len(readers)]
         endpoints = self._endpoints
-        if address == endpoints.inbox.address:
-            endpoints.inbox.deliver(self.name, key, item)
-            return
-        try:
-            endpoints.outbox.send(address, self.name, key, item, self.shm_threshold)
-        except OSError:
-            # The reader left (or restarted): refresh membership and resend once.
-            endpoints.outbox.forget(address)
-            self._readers.pop(key, None)
-            readers = self._lookup_readers(key, timeout)
-            endpoints.outbox.send(readers[0], self.name, key, item, self.shm_threshold)
+        while True:
+            if address == endpoints.inbox.address:
+                endpoints.inbox.deliver(self.name, key, item)
+                return
+            try:
+                endpoints.outbox.send(address, self.name, key, item, self.shm_threshold)
+                return
+            except OSError:
+                # That reader is gone (killed, crashed or left): drop it for everyone and try the others.
+                endpoints.outbox.forget(address)
+                ray.get(self.directory.unsubscribe.remote(self.name, key, address))
+                self._readers.pop(key, None)
+                readers = self._lookup_readers(key, timeout)
+                address = readers[next(self._round_robin[key]) % len(readers)]
 
     def refresh(self) -> None:
         """Forget cached reader lists (call between batches when workers may have joined or left)."""

@@ -39,7 +39,7 @@ class ChannelDirectory:
         return self.version
 
 
-def get_or_create_directory():
-    """The session's directory actor (created by the first caller, found by name afterwards)."""
+def create_directory(session_id: str):
+    """A directory actor for one cluster session; the Cluster keeps the handle, so it lives as long as the session."""
     return ray.remote(ChannelDirectory).options(
-        name=DIRECTORY_NAME, get_if_exists=True, num_cpus=0, lifetime=None).remote()
+        name=f"{DIRECTORY_NAME}-{session_id}", get_if_exists=True, num_cpus=0).remote()

@@ -30,6 +30,7 @@ class Cluster:
         self.session_dir = tempfile.mkdtemp(prefix=f"erl-{self.session_id}-", dir="/tmp")
         self._owns_ray = False
         self._started = False
+        self._directory = None
 
     def start(self) -> "Cluster":
         global _ACTIVE
@@ -54,6 +55,14 @@ class Cluster:
         atexit.register(self.shutdown)
         return self
 
+    def channel_directory(self):
+        """The actor that records which process reads which channel key (one per cluster session)."""
+        if self._directory is None:
+            from embodied_rl.runtime.channel_directory import create_directory
+
+            self._directory = create_directory(self.session_id)
+        return self._directory
+
     def total_cpus(self) -> float:
         return float(ray.cluster_resources().get("CPU", 0.0))
 
@@ -62,6 +71,9 @@ class Cluster:
         if not self._started:
             return
         self._started = False
+        if self._directory is not None and ray.is_initialized():
+            ray.kill(self._directory)
+            self._directory = None
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         shutil.rmtree(self.session_dir, ignore_errors=True)

@@ -5,81 +5,90 @@ from __future__ import annotations
 import numpy as np
 
 import sim_envs
+from embodied_rl.workers.messages import (REQUESTS_KEY, TRAJECTORIES_KEY, PolicyRequest, responses_key)
+from embodied_rl.workers.trajectory_buffer import TrajectoryBuffer, merge_stages
 from embodied_rl.runtime import Worker
-from embodied_rl.workers.messages import (REQUESTS_KEY, TRAJECTORIES_KEY, PolicyRequest, Trajectory,
-                                          responses_key)
 from sim_envs.vector_env import obs_rows
 
 
 class EnvWorker(Worker):
-    """Steps ``envs_per_worker`` envs of ``task``; env i of rank r starts from seed ``seed + r * k + i``."""
+    """Steps ``envs_per_worker`` envs of ``task``; env i of rank r starts from seed ``seed + r * k + i``.
 
-    def __init__(self, task: str, envs_per_worker: int, env_options: dict, channel, seed: int = 0, **kwargs):
+    With ``pipeline_stages`` S > 1 the envs form S groups: while a rollout worker computes actions for one
+    group, this worker steps the next, so simulation and inference overlap.
+    """
+
+    def __init__(self, task: str, envs_per_worker: int, env_options: dict, channel, seed: int = 0,
+                 pipeline_stages: int = 1, **kwargs):
         super().__init__(**kwargs)
+        if not 1 <= pipeline_stages <= envs_per_worker:
+            raise ValueError(f"pipeline_stages={pipeline_stages} must be between 1 and envs_per_worker="
+                             f"{envs_per_worker}")
         self.task = task
         self.channel = channel
         self.num_envs = envs_per_worker
         self.env_options = dict(env_options)
-        self.env = sim_envs.make(task, envs_per_worker, processes=False,
-                                 seed=seed + self.rank * envs_per_worker, **self.env_options)
+        sizes = [len(part) for part in np.array_split(np.arange(envs_per_worker), pipeline_stages)]
+        first = seed + self.rank * envs_per_worker
+        offsets = np.cumsum([0, *sizes[:-1]])
+        self.stages = [sim_envs.make(task, n, processes=False, seed=first + int(o), **self.env_options)
+                       for n, o in zip(sizes, offsets)]
+        self.stage_obs = [env.reset() for env in self.stages]
         self.eval_env = None
-        self.eval_seed = 10_000_000 + seed + self.rank * envs_per_worker
-        self.obs = self.env.reset()
-        self.pending_final: np.ndarray | None = None  # env indices whose final obs still need a value
-        self.pending_final_obs = None
-        self.channel.subscribe(responses_key(self.rank))
+        self.eval_seed = 10_000_000 + first
+        for stage in range(len(self.stages)):
+            self.channel.subscribe(responses_key(self.rank, stage))
 
     def observation_shape(self):
-        if isinstance(self.obs, dict):
-            return {k: v.shape[1:] for k, v in self.obs.items()}
-        return self.obs.shape[1:]
+        obs = self.stage_obs[0]
+        if isinstance(obs, dict):
+            return {k: v.shape[1:] for k, v in obs.items()}
+        return obs.shape[1:]
 
     def action_shape(self):
-        return self.env.single_action_shape
+        return self.stages[0].single_action_shape
 
-    def _ask(self, obs, final_obs, deterministic=False, want_actions=True):
-        self.channel.put(PolicyRequest(self.rank, obs, final_obs, deterministic, want_actions), REQUESTS_KEY)
-        return self.channel.get(responses_key(self.rank))
+    def _request(self, stage: int, obs, final_obs, deterministic=False, want_actions=True) -> None:
+        self.channel.put(PolicyRequest(self.rank, obs, final_obs, deterministic, want_actions, stage),
+                         REQUESTS_KEY)
+
+    def _response(self, stage: int):
+        return self.channel.get(responses_key(self.rank, stage))
 
     def interact(self, num_steps: int) -> list[dict]:
         """Run ``num_steps`` steps, put a ``Trajectory`` on the channel, return stats of finished episodes."""
-        T, b = num_steps, self.num_envs
-        obs_buf = np.zeros((T, *self.obs.shape), self.obs.dtype)
-        actions = np.zeros((T, b, *self.env.single_action_shape), np.float32)
-        logp = np.zeros((T, b), np.float32)
-        values = np.zeros((T, b), np.float32)
-        rewards = np.zeros((T, b), np.float32)
-        terminated = np.zeros((T, b), bool)
-        truncated = np.zeros((T, b), bool)
-        final_values = np.zeros((T, b), np.float32)
-        versions = np.zeros(T, np.int64)
+        T, stages = num_steps, range(len(self.stages))
+        buffers = [TrajectoryBuffer(T, self.stage_obs[s], self.action_shape()) for s in stages]
+        pending = [None] * len(self.stages)  # (step, env indices) whose final-observation values come next
         episodes: list[dict] = []
-        pending = None  # (step, env indices) whose final-observation value comes with the next response
-        final_obs = None
+        for s in stages:
+            self._request(s, self.stage_obs[s], None)
         for t in range(T + 1):
-            response = self._ask(self.obs, final_obs, want_actions=t < T)
-            if pending is not None:
-                step, index = pending
-                final_values[step, index] = response.final_values
-            if t == T:
-                next_value = response.values
-                break
-            obs_buf[t] = self.obs
-            actions[t], logp[t], values[t] = response.actions, response.logp, response.values
-            versions[t] = response.policy_version
-            batch = self.env.step(response.actions)
-            rewards[t], terminated[t], truncated[t] = batch.rewards, batch.terminated, batch.truncated
-            episodes.extend(_finished_episodes(batch))
-            ended = np.flatnonzero(batch.truncated | batch.terminated)
-            pending = (t, ended) if len(ended) else None
-            final_obs = obs_rows(batch.final_obs, ended) if len(ended) else None
-            self.obs = batch.obs
-        self.channel.put(Trajectory(obs_buf, actions, logp, values, rewards, terminated, truncated,
-                                    final_values, next_value, versions, self.rank), TRAJECTORIES_KEY)
+            for s in stages:
+                response = self._response(s)
+                if pending[s] is not None:
+                    step, index = pending[s]
+                    buffers[s].final_values[step, index] = response.final_values
+                    pending[s] = None
+                if t == T:
+                    buffers[s].next_value[:] = response.values
+                    continue
+                buffers[s].record_policy(t, self.stage_obs[s], response)
+                batch = self.stages[s].step(response.actions)
+                buffers[s].record_step(t, batch)
+                episodes.extend(_finished_episodes(batch))
+                ended = np.flatnonzero(batch.truncated | batch.terminated)
+                if len(ended):
+                    pending[s] = (t, ended)
+                self.stage_obs[s] = batch.obs
+                self._request(s, batch.obs, obs_rows(batch.final_obs, ended) if len(ended) else None,
+                              want_actions=t + 1 < T)
+        trajectory = merge_stages([b.to_trajectory(self.rank) for b in buffers], self.rank)
+        self.channel.put(trajectory, TRAJECTORIES_KEY)
         return episodes
 
     def evaluate(self, num_episodes: int) -> list[dict]:
-        """Run ``num_episodes`` full-length episodes per env worker with deterministic actions."""
+        """Run ``num_episodes`` full-length episodes with deterministic actions."""
         if self.eval_env is None:
             options = dict(self.env_options, ignore_terminations=True)
             self.eval_env = sim_envs.make(self.task, self.num_envs, processes=False, seed=self.eval_seed, **options)
@@ -89,8 +98,8 @@ class EnvWorker(Worker):
         quota = np.full(self.num_envs, num_episodes // self.num_envs)
         quota[: num_episodes % self.num_envs] += 1
         while (quota > 0).any():
-            response = self._ask(obs, None, deterministic=True)
-            batch = self.eval_env.step(response.actions)
+            self._request(0, obs, None, deterministic=True)
+            batch = self.eval_env.step(self._response(0).actions)
             for i, stats in zip(np.flatnonzero(batch.episodes.done), _finished_episodes(batch)):
                 if quota[i] > 0:
                     finished.append(stats)
@@ -99,7 +108,8 @@ class EnvWorker(Worker):
         return finished
 
     def close(self) -> None:
-        self.env.close()
+        for env in self.stages:
+            env.close()
         if self.eval_env is not None:
             self.eval_env.close()
 

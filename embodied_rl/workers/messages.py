@@ -10,14 +10,15 @@ REQUESTS_KEY = "requests"
 TRAJECTORIES_KEY = "trajectories"
 
 
-def responses_key(env_rank: int) -> str:
-    return f"responses:{env_rank}"
+def responses_key(env_rank: int, stage: int = 0) -> str:
+    return f"responses:{env_rank}:{stage}"
 
 
 @dataclass
 class PolicyRequest:
     """An env worker asks for actions. obs ``[b, ...]``; final_obs ``[k, ...]``: last observations of episodes
-    that ended at the previous step (their values bootstrap truncation); ``want_actions=False`` asks for values only.
+    that ended at the previous step (their values bootstrap truncation); ``want_actions=False`` asks for values only;
+    ``stage``: the env worker's pipeline stage the answer goes back to.
     """
 
     env_rank: int
@@ -25,6 +26,7 @@ class PolicyRequest:
     final_obs: object | None
     deterministic: bool = False
     want_actions: bool = True
+    stage: int = 0
 
 
 @dataclass

@@ -71,6 +71,6 @@ class RolloutWorker(Worker):
             self.channel.put(PolicyResponse(
                 actions[rows] if r.want_actions else None, logp[rows] if r.want_actions else None,
                 values[rows], values[offset + n: offset + n + k], self.policy_version, self.rank),
-                responses_key(r.env_rank))
+                responses_key(r.env_rank, r.stage))
             offset += n + k
             self.requests_served += 1

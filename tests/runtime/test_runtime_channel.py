@@ -79,3 +79,22 @@ def test_channel_handle_survives_pickling_to_a_worker_and_keys_are_independent(d
     channel.put(2, "a")
     assert channel.get("a", timeout=5) == 2
     assert channel.get("b", timeout=5) == 1
+
+
+def test_a_reader_that_died_is_dropped_and_items_go_to_the_survivors(cluster):
+    channel = Channel.create("test-dead-reader", cluster)
+    group = WorkerGroup(Doubler, "doubler-dead", 2, cpus_per_worker=0.1, channel=channel)
+    try:
+        ray.kill(group.workers[0], no_restart=True)
+        serving = group.workers[1].serve.remote(4)
+        for i in range(4):
+            channel.put(("x", i, "dead-replies"), "work")
+        replies = []
+        while len(replies) < 4:
+            replies.extend(channel.get_batch("dead-replies", timeout=60))
+        assert sorted(v for _, v in replies) == [0, 2, 4, 6]
+        assert {rank for rank, _ in replies} == {1}
+        assert ray.get(serving) == 4
+        assert len(ray.get(channel.directory.consumers.remote(channel.name, "work"))) == 1
+    finally:
+        group.kill()

@@ -9,11 +9,11 @@ from embodied_rl.runners.setup import start_workers
 from embodied_rl.workers.messages import TRAJECTORIES_KEY
 
 
-@pytest.fixture(scope="module")
-def workers(cluster):
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-stage", "two-pipeline-stages"])
+def workers(cluster, request):
     config = load_train_config("maniskill_pushcube", None, [
         "env.num_workers=2", "env.envs_per_worker=2", "env.max_episode_steps=4", "rollout.num_workers=1",
-        "policy.hidden_sizes=[16]"])
+        "policy.hidden_sizes=[16]", f"env.pipeline_stages={request.param}"])
     running = start_workers(config, cluster, with_actor=False)
     yield running
     running.shutdown()

@@ -1,0 +1,67 @@
+"""Fills one env group's ``[T, b]`` trajectory arrays step by step (array or dict observations)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from embodied_rl.workers.messages import Trajectory
+
+
+def _empty_like_obs(obs, steps: int):
+    if isinstance(obs, dict):
+        return {k: np.zeros((steps, *v.shape), v.dtype) for k, v in obs.items()}
+    return np.zeros((steps, *obs.shape), obs.dtype)
+
+
+def _store(buffer, t: int, obs) -> None:
+    if isinstance(buffer, dict):
+        for k in buffer:
+            buffer[k][t] = obs[k]
+    else:
+        buffer[t] = obs
+
+
+def concat_obs(parts: list, axis: int):
+    if isinstance(parts[0], dict):
+        return {k: np.concatenate([p[k] for p in parts], axis=axis) for k in parts[0]}
+    return np.concatenate(parts, axis=axis)
+
+
+class TrajectoryBuffer:
+    """``T`` steps of ``b`` envs. ``final_values[t]`` arrives with the response after step t (see PolicyRequest)."""
+
+    def __init__(self, steps: int, first_obs, action_shape: tuple[int, ...]):
+        b = len(first_obs["state"] if isinstance(first_obs, dict) else first_obs)
+        self.obs = _empty_like_obs(first_obs, steps)
+        self.actions = np.zeros((steps, b, *action_shape), np.float32)
+        self.logp = np.zeros((steps, b), np.float32)
+        self.values = np.zeros((steps, b), np.float32)
+        self.rewards = np.zeros((steps, b), np.float32)
+        self.terminated = np.zeros((steps, b), bool)
+        self.truncated = np.zeros((steps, b), bool)
+        self.final_values = np.zeros((steps, b), np.float32)
+        self.versions = np.zeros(steps, np.int64)
+        self.next_value = np.zeros(b, np.float32)
+
+    def record_policy(self, t: int, obs, response) -> None:
+        _store(self.obs, t, obs)
+        self.actions[t], self.logp[t], self.values[t] = response.actions, response.logp, response.values
+        self.versions[t] = response.policy_version
+
+    def record_step(self, t: int, batch) -> None:
+        self.rewards[t], self.terminated[t], self.truncated[t] = batch.rewards, batch.terminated, batch.truncated
+
+    def to_trajectory(self, env_rank: int) -> Trajectory:
+        return Trajectory(self.obs, self.actions, self.logp, self.values, self.rewards, self.terminated,
+                          self.truncated, self.final_values, self.next_value, self.versions, env_rank)
+
+
+def merge_stages(parts: list[Trajectory], env_rank: int) -> Trajectory:
+    """Concatenate per-stage trajectories of one env worker along the env axis."""
+    if len(parts) == 1:
+        return parts[0]
+    cat = lambda name: np.concatenate([getattr(p, name) for p in parts], axis=1)  # noqa: E731
+    versions = np.min(np.stack([p.policy_versions for p in parts]), axis=0)
+    return Trajectory(concat_obs([p.obs for p in parts], axis=1), cat("actions"), cat("logp"), cat("values"),
+                      cat("rewards"), cat("terminated"), cat("truncated"), cat("final_values"),
+                      np.concatenate([p.next_value for p in parts]), versions, env_rank)
