@@ -7,7 +7,7 @@ Defaults follow ManiSkill's published PPO baseline where it applies; per-task re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from embodied_rl.config.errors import ConfigError
 
@@ -109,6 +109,14 @@ class ClusterConfig:
 
 
 @dataclass
+class PlacementConfig:
+    slots: Optional[int] = None
+    """Device slots: CPU cores on a CPU-only machine, GPUs where they exist (None: all of this machine's)."""
+    components: Dict[str, str] = field(default_factory=dict)
+    """Component(s) -> slots, e.g. {"env,rollout": "0-1", "actor": "0-1"}; empty: everything on every slot."""
+
+
+@dataclass
 class TrainConfig:
     task: Optional[str] = None
     """A registered task (``embodied-rl tasks``); required."""
@@ -122,6 +130,8 @@ class TrainConfig:
     """This run's directory (None: ``runs_root/<task>-<time>``)."""
     log_every_iterations: int = 1
     """Write scalars every this many iterations."""
+    channel_transport: str = "auto"
+    """How workers exchange data: auto (large arrays through shared memory), socket, shared_memory."""
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -129,6 +139,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
 
 
 def _require(condition: bool, key: str, value, allowed: str) -> None:
@@ -140,6 +151,8 @@ def validate(config: TrainConfig) -> None:
     """Range checks that types alone cannot express. Raises ConfigError naming the key."""
     c = config
     _require(c.total_env_steps >= 1, "total_env_steps", c.total_env_steps, "an integer >= 1")
+    _require(c.channel_transport in ("auto", "socket", "shared_memory"), "channel_transport",
+             c.channel_transport, "auto, socket, shared_memory")
     _require(c.log_every_iterations >= 1, "log_every_iterations", c.log_every_iterations, "an integer >= 1")
     _require(c.env.num_workers >= 1, "env.num_workers", c.env.num_workers, "an integer >= 1")
     _require(c.env.envs_per_worker >= 1, "env.envs_per_worker", c.env.envs_per_worker, "an integer >= 1")
@@ -179,6 +192,30 @@ def validate(config: TrainConfig) -> None:
     _require(c.checkpoint.keep_last >= 1, "checkpoint.keep_last", c.checkpoint.keep_last, "an integer >= 1")
     _require(c.cluster.num_cpus is None or c.cluster.num_cpus > 0, "cluster.num_cpus", c.cluster.num_cpus,
              "null or > 0")
+    _require(c.placement.slots is None or c.placement.slots >= 1, "placement.slots", c.placement.slots,
+             "null or an integer >= 1")
+    resolve_placement(c)
     if c.env.obs_mode != "state" and c.policy.name == "mlp":
         raise ConfigError(f"env.obs_mode={c.env.obs_mode!r} needs an image policy; policy.name='mlp' takes "
                           "obs_mode='state'")
+
+
+def resolve_placement(config: TrainConfig):
+    """The run's ``Placement`` (mode derived from the map); bad maps raise ConfigError naming the component."""
+    import os
+
+    from embodied_rl.runtime.placement import PlacementError, build_placement
+
+    cores = os.cpu_count() or 1
+    slots = config.placement.slots or cores
+    if slots > cores and config.env.backend != "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"placement.slots={slots} is out of range; on this CPU-only machine a slot is a core "
+                              f"and there are {cores}")
+    components = dict(config.placement.components) or {"env,rollout,actor": f"0-{slots - 1}"}
+    try:
+        return build_placement(components, slots, config.env.pipeline_stages)
+    except PlacementError as error:
+        raise ConfigError(str(error)) from None

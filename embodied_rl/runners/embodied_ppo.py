@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -49,6 +50,7 @@ class EmbodiedPPORunner:
                 self.iteration = int(self.resume.counters.get("iteration", 0))
                 self.env_steps = int(self.resume.counters.get("env_steps", 0))
             workers = start_workers(c, cluster, env_seed_offset=self.env_steps)
+            print(workers.placement.describe(), file=sys.stderr, flush=True)
             if self.resume is not None:
                 ray.get(workers.actor.call("load_training_state", self.resume.weights, self.resume.trainer_state))
             workers.sync_weights()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import ray
 
-from embodied_rl.config.schema import TrainConfig
+from embodied_rl.config.schema import TrainConfig, resolve_placement
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.env_worker import EnvWorker
@@ -28,6 +28,7 @@ class EmbodiedWorkers:
     rollout: WorkerGroup
     actor: WorkerGroup | None
     policy_spec: dict
+    placement: object
 
     def sample(self, num_steps: int) -> list[dict]:
         """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes."""
@@ -64,28 +65,37 @@ class EmbodiedWorkers:
         return versions[0]
 
 
+def placement_on_cpu(config: TrainConfig) -> bool:
+    """Slots are CPU cores unless envs run on the GPU backend."""
+    import torch
+
+    return config.env.backend == "cpu" or (config.env.backend == "auto" and not torch.cuda.is_available())
+
+
 def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True,
                   env_seed_offset: int = 0) -> EmbodiedWorkers:
     """Env, rollout and (optionally) actor groups sharing one channel; CPU slots split evenly among them.
 
     ``env_seed_offset`` moves the envs to fresh initial states (a resumed run must not replay the first episodes).
     """
-    channel = Channel.create("embodied", cluster)
+    channel = Channel.create("embodied", cluster, transport=config.channel_transport)
     num_workers = config.env.num_workers + config.rollout.num_workers + int(with_actor)
     cpus = max(cluster.total_cpus() / num_workers, 0.01)
+    placement = resolve_placement(config)
+    cores = lambda component: placement.slots[component] if placement_on_cpu(config) else None  # noqa: E731
     env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=config.task,
                       envs_per_worker=config.env.envs_per_worker, env_options=env_options(config),
                       channel=channel, seed=config.seed + env_seed_offset,
-                      pipeline_stages=config.env.pipeline_stages)
+                      pipeline_stages=config.env.pipeline_stages, cpu_slots=cores("env"))
     obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
                                        env.workers[0].action_shape.remote()])
     policy_spec = dict(name=config.policy.name, obs_dim=int(obs_shape[0]), action_dim=int(action_shape[0]),
                        hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std)
     rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
-                          policy=policy_spec, channel=channel)
+                          policy=policy_spec, channel=channel, cpu_slots=cores("rollout"))
     actor = None
     if with_actor:
         actor = WorkerGroup(ActorWorker, "actor", 1, cpus_per_worker=cpus, policy=policy_spec,
                             ppo=vars(config.algorithm).copy(), channel=channel, seed=config.seed,
-                            torch_threads=2)
-    return EmbodiedWorkers(channel, env, rollout, actor, policy_spec)
+                            torch_threads=2, cpu_slots=cores("actor"))
+    return EmbodiedWorkers(channel, env, rollout, actor, policy_spec, placement)

@@ -20,9 +20,18 @@ class WorkerAddress:
 class Worker:
     """Base class of every process-level role. Subclasses take their own keyword arguments after these."""
 
-    def __init__(self, group: str, rank: int, world_size: int, torch_threads: int = 1):
+    def __init__(self, group: str, rank: int, world_size: int, torch_threads: int = 1,
+                 cpu_slots: tuple[int, ...] | None = None):
+        import os
+
         import torch
 
+        if cpu_slots and hasattr(os, "sched_setaffinity"):
+            # A CPU "device slot" is a core: pin this process so placement is real, not only bookkeeping.
+            usable = os.sched_getaffinity(0)
+            wanted = {slot for slot in cpu_slots if slot in usable}
+            if wanted:
+                os.sched_setaffinity(0, wanted)
         torch.set_num_threads(torch_threads)
         self.address = WorkerAddress(group, rank)
         self.rank = rank
@@ -30,6 +39,11 @@ class Worker:
 
     def ping(self) -> str:
         return str(self.address)
+
+    def cpu_affinity(self) -> list[int]:
+        import os
+
+        return sorted(os.sched_getaffinity(0))
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()

@@ -6,7 +6,7 @@ from embodied_rl.config import ConfigError, load_train_config
 def test_task_recipe_overrides_schema_defaults_and_cli_overrides_recipe():
     config = load_train_config("maniskill_pushcube", None, ["algorithm.lr=1e-4", "env.num_workers=2"])
     assert config.task == "maniskill_pushcube"
-    assert config.algorithm.update_epochs == 8  # from configs/maniskill_pushcube.yaml
+    assert config.algorithm.num_minibatches == 32  # from configs/maniskill_pushcube.yaml
     assert config.algorithm.lr == pytest.approx(1e-4)
     assert config.env.num_workers == 2
 

@@ -23,3 +23,13 @@ def test_deterministic_action_is_the_mean_and_log_prob_is_the_gaussian_density()
     torch.testing.assert_close(action, mean)
     # log N(mean; mean, 1) = -0.5 * log(2 pi)
     torch.testing.assert_close(logp, torch.tensor([-0.9189385]), atol=1e-6, rtol=0)
+
+
+def test_transformer_policy_has_the_same_interface():
+    policy = build_policy("transformer", obs_dim=10, action_dim=3, hidden_sizes=[32])
+    obs = torch.randn(4, 10)
+    actions, logp, values = policy.act(obs)
+    assert actions.shape == (4, 3) and logp.shape == (4,) and values.shape == (4,)
+    new_logp, entropy, new_values = policy.evaluate(obs, actions)
+    torch.testing.assert_close(new_logp, logp)
+    torch.testing.assert_close(new_values, values)
