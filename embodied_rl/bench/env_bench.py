@@ -55,7 +55,10 @@ class RuntimeLoop:
     def __init__(self, config: TrainConfig, cluster):
         from embodied_rl.runners.setup import start_workers
 
+        from embodied_rl.workers.messages import TRAJECTORIES_KEY
+
         self.workers = start_workers(config, cluster, with_actor=False)
+        self.workers.channel.subscribe(TRAJECTORIES_KEY)  # the driver reads trajectories, as the actor would
         self.num_envs = config.env.num_workers * config.env.envs_per_worker
 
     def measure(self, steps: int) -> float:

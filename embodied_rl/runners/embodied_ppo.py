@@ -81,7 +81,7 @@ class EmbodiedPPORunner:
             metrics.update({"time/sample_s": t1 - t0, "time/update_wall_s": t2 - t1, "time/sync_s": t3 - t2,
                             "time/sample_steps_per_s": self.steps_per_iteration() / (t1 - t0),
                             "time/steps_per_s": (self.env_steps - start_steps) / (t3 - start_time),
-                            "train/iteration": self.iteration})
+                            "train/iteration": self.iteration, "time/elapsed_s": t3 - start_time})
             finished = self.env_steps >= c.total_env_steps
             if finished or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
                 t4 = time.perf_counter()

@@ -37,6 +37,7 @@ def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, traine
     checkpoints_dir = Path(checkpoints_dir)
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=checkpoints_dir, prefix=".staging-"))
+    staging.chmod(0o755)
     try:
         save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(staging / WEIGHTS_FILE))
         (staging / TRAINER_STATE_FILE).write_bytes(trainer_state)
