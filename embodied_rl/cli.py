@@ -49,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     env_bench.add_argument("--steps", type=int, default=400, help="steps per env per measurement")
     env_bench.add_argument("--repeats", type=int, default=2, help="alternating measurements of each loop")
     env_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    placement_bench = benches.add_parser("placement", help="sampling throughput of the placement modes")
+    placement_bench.add_argument("--task", default="maniskill_pickcube")
+    placement_bench.add_argument("--env-workers", type=int, default=1, help="env processes")
+    placement_bench.add_argument("--envs-per-worker", type=int, default=8, help="envs per env process")
+    placement_bench.add_argument("--steps", type=int, default=100, help="steps per env per measurement")
+    placement_bench.add_argument("--repeats", type=int, default=2, help="alternating measurements of each mode")
+    placement_bench.add_argument("--json", action="store_true", help="print one JSON object")
     channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
     channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")
@@ -76,6 +83,11 @@ def dispatch(args) -> int:
         from embodied_rl.bench.env_bench import run_env_bench
 
         return run_env_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats, args.json)
+    if args.command == "bench" and args.bench == "placement":
+        from embodied_rl.bench.placement_bench import run_placement_bench
+
+        return run_placement_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats,
+                                   args.json)
     if args.command == "bench" and args.bench == "channel":
         from embodied_rl.bench.channel_bench import run_channel_bench
 

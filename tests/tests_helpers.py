@@ -1,9 +1,54 @@
 """Helpers shared by tests (importable because pytest puts tests/ on sys.path)."""
 
+from __future__ import annotations
+
+import os
 import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
 
 
-def ray_daemons_now() -> set[int]:
-    """PIDs of Ray's node daemons (raylet, gcs_server) on this machine."""
-    out = subprocess.run(["pgrep", "-f", "ray/core/src/ray/(raylet|gcs)"], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
+class TrackedProcess:
+    """A subprocess (the real CLI, or ``args`` as given with ``cli=False``) whose descendants (Ray's daemons and
+    workers) are recorded while it runs."""
+
+    def __init__(self, args: list[str], env: dict | None = None, cwd: Path | None = None, cli: bool = True):
+        argv = [sys.executable, "-m", "embodied_rl.cli", *args] if cli else args
+        self.popen = subprocess.Popen(argv, cwd=cwd or REPO,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=dict(os.environ, **(env or {})))
+        self.descendants: set[int] = set()
+
+    def poll(self):
+        try:
+            self.descendants |= {child.pid for child in psutil.Process(self.popen.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pass
+        return self.popen.poll()
+
+    def wait(self, timeout: float = 600) -> tuple[int, str, str]:
+        deadline = time.time() + timeout
+        while self.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        stdout, stderr = self.popen.communicate(timeout=max(1.0, deadline - time.time()))
+        return self.popen.returncode, stdout, stderr
+
+    def leftovers(self, grace_s: float = 30) -> set[int]:
+        """Descendants still running ``grace_s`` seconds after the process exited (zombies count as gone)."""
+        deadline = time.time() + grace_s
+        while True:
+            alive = set()
+            for pid in self.descendants:
+                try:
+                    if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                        alive.add(pid)
+                except psutil.NoSuchProcess:
+                    pass
+            if not alive or time.time() > deadline:
+                return alive
+            time.sleep(0.5)

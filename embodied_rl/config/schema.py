@@ -114,6 +114,8 @@ class PlacementConfig:
     """Device slots: CPU cores on a CPU-only machine, GPUs where they exist (None: all of this machine's)."""
     components: Dict[str, str] = field(default_factory=dict)
     """Component(s) -> slots, e.g. {"env,rollout": "0-1", "actor": "0-1"}; empty: everything on every slot."""
+    nodes: Dict[str, str] = field(default_factory=dict)
+    """Component -> Ray node indices (alive nodes, the head first), e.g. {"env": "1", "actor": "0"}; empty: any."""
 
 
 @dataclass

@@ -72,6 +72,21 @@ def placement_on_cpu(config: TrainConfig) -> bool:
     return config.env.backend == "cpu" or (config.env.backend == "auto" and not torch.cuda.is_available())
 
 
+def node_ids_for(config: TrainConfig, component: str) -> list[str] | None:
+    """Ray node ids a component is pinned to by ``placement.nodes`` (None: anywhere)."""
+    from embodied_rl.config import ConfigError
+
+    wanted = config.placement.nodes.get(component)
+    if not wanted:
+        return None
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    alive.sort(key=lambda n: (not n.get("IsHeadNode", False), n["NodeID"]))
+    try:
+        return [alive[int(i)]["NodeID"] for i in str(wanted).split(",")]
+    except (ValueError, IndexError):
+        raise ConfigError(f"placement.nodes.{component}={wanted!r}: this cluster has nodes 0-{len(alive) - 1}") from None
+
+
 def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True,
                   env_seed_offset: int = 0) -> EmbodiedWorkers:
     """Env, rollout and (optionally) actor groups sharing one channel; CPU slots split evenly among them.
@@ -86,16 +101,18 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=config.task,
                       envs_per_worker=config.env.envs_per_worker, env_options=env_options(config),
                       channel=channel, seed=config.seed + env_seed_offset,
-                      pipeline_stages=config.env.pipeline_stages, cpu_slots=cores("env"))
+                      pipeline_stages=config.env.pipeline_stages, cpu_slots=cores("env"),
+                      node_ids=node_ids_for(config, "env"))
     obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
                                        env.workers[0].action_shape.remote()])
     policy_spec = dict(name=config.policy.name, obs_dim=int(obs_shape[0]), action_dim=int(action_shape[0]),
                        hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std)
     rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
-                          policy=policy_spec, channel=channel, cpu_slots=cores("rollout"))
+                          policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
+                          node_ids=node_ids_for(config, "rollout"))
     actor = None
     if with_actor:
         actor = WorkerGroup(ActorWorker, "actor", 1, cpus_per_worker=cpus, policy=policy_spec,
                             ppo=vars(config.algorithm).copy(), channel=channel, seed=config.seed,
-                            torch_threads=2, cpu_slots=cores("actor"))
+                            torch_threads=2, cpu_slots=cores("actor"), node_ids=node_ids_for(config, "actor"))
     return EmbodiedWorkers(channel, env, rollout, actor, policy_spec, placement)

@@ -14,7 +14,7 @@ import time
 import ray
 
 from embodied_rl.runtime.transports.shared_memory import DEFAULT_THRESHOLD
-from embodied_rl.runtime.transports.unix_socket import Inbox, Outbox
+from embodied_rl.runtime.transports.sockets import Inbox, Outbox
 
 TRANSPORTS = ("auto", "socket", "shared_memory")
 
@@ -31,22 +31,26 @@ class _ProcessEndpoints:
 
     _by_session: dict[str, "_ProcessEndpoints"] = {}
 
-    def __init__(self, session_dir: str):
-        self.inbox = Inbox(session_dir)
-        self.outbox = Outbox()
+    def __init__(self, session_dir: str, authkey: bytes):
+        import os
+
+        os.makedirs(session_dir, mode=0o700, exist_ok=True)  # absent on other nodes of a multi-node cluster
+        node_id = ray.get_runtime_context().get_node_id()
+        self.inbox = Inbox(session_dir, node_id, ray.util.get_node_ip_address(), authkey)
+        self.outbox = Outbox(node_id, authkey)
 
     @classmethod
-    def of(cls, session_dir: str) -> "_ProcessEndpoints":
+    def of(cls, session_dir: str, authkey: bytes) -> "_ProcessEndpoints":
         endpoints = cls._by_session.get(session_dir)
         if endpoints is None:
-            endpoints = cls._by_session[session_dir] = cls(session_dir)
+            endpoints = cls._by_session[session_dir] = cls(session_dir, authkey)
         return endpoints
 
 
 class Channel:
     """A named set of keyed queues. Create one in the driver with ``Channel.create(name, cluster)``."""
 
-    def __init__(self, name: str, session_dir: str, directory, transport: str = "auto"):
+    def __init__(self, name: str, session_dir: str, directory, transport: str = "auto", authkey: bytes = b""):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport={transport!r}; allowed: {', '.join(TRANSPORTS)}")
         self.transport = transport
@@ -54,6 +58,7 @@ class Channel:
         self.shm_threshold = {"auto": DEFAULT_THRESHOLD, "shared_memory": 0, "socket": None}[transport]
         self.name = name
         self.session_dir = session_dir
+        self.authkey = authkey
         self.directory = directory
         self._readers: dict[str, list[str]] = {}
         self._round_robin: dict[str, itertools.count] = {}
@@ -67,22 +72,27 @@ class Channel:
         socket), ``shared_memory`` (every array buffer through shared memory).
         """
         unique = f"{cluster.session_id}/{name}/{next(_CHANNEL_NUMBERS)}"
-        return cls(unique, cluster.session_dir, cluster.channel_directory(), transport)
+        return cls(unique, cluster.session_dir, cluster.channel_directory(), transport, cluster.authkey)
 
     def __getstate__(self):
         return {"name": self.name, "session_dir": self.session_dir, "directory": self.directory,
-                "transport": self.transport}
+                "transport": self.transport, "authkey": self.authkey}
 
     def __setstate__(self, state):
-        self.__init__(state["name"], state["session_dir"], state["directory"], state["transport"])
+        self.__init__(state["name"], state["session_dir"], state["directory"], state["transport"], state["authkey"])
 
     def traffic(self) -> dict:
         """Counters of what this process has sent, by transport (all channels of the session)."""
         return dict(self._endpoints.outbox.counters)
 
+    def transport_to_readers(self, key: str = "default", timeout: float = 120.0) -> dict:
+        """``{reader node id: transport}`` this process would use to send on ``key``."""
+        outbox = self._endpoints.outbox
+        return {address.node_id: outbox.transport_to(address) for address in self._lookup_readers(key, timeout)}
+
     @property
     def _endpoints(self) -> _ProcessEndpoints:
-        return _ProcessEndpoints.of(self.session_dir)
+        return _ProcessEndpoints.of(self.session_dir, self.authkey)
 
     # --- reading -------------------------------------------------------------------------------------------
     def subscribe(self, key: str = "default") -> None:

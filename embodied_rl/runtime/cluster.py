@@ -27,6 +27,7 @@ class Cluster:
         self.address = address
         self.num_cpus = num_cpus
         self.session_id = uuid.uuid4().hex[:8]
+        self.authkey = os.urandom(32)  # authenticates channel connections that cross nodes over TCP
         self.session_dir = tempfile.mkdtemp(prefix=f"erl-{self.session_id}-", dir="/tmp")
         self._owns_ray = False
         self._started = False

@@ -40,6 +40,11 @@ class Worker:
     def ping(self) -> str:
         return str(self.address)
 
+    def process_id(self) -> int:
+        import os
+
+        return os.getpid()
+
     def cpu_affinity(self) -> list[int]:
         import os
 

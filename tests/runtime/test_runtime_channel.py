@@ -1,6 +1,8 @@
 """Channel semantics across real Ray actor processes."""
 
+import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -85,7 +87,11 @@ def test_a_reader_that_died_is_dropped_and_items_go_to_the_survivors(cluster):
     channel = Channel.create("test-dead-reader", cluster)
     group = WorkerGroup(Doubler, "doubler-dead", 2, cpus_per_worker=0.1, channel=channel)
     try:
+        pid = ray.get(group.workers[0].process_id.remote())
         ray.kill(group.workers[0], no_restart=True)
+        deadline = time.time() + 60
+        while _alive(pid) and time.time() < deadline:  # the process itself, not only Ray's record of it
+            time.sleep(0.1)
         serving = group.workers[1].serve.remote(4)
         for i in range(4):
             channel.put(("x", i, "dead-replies"), "work")
@@ -98,3 +104,11 @@ def test_a_reader_that_died_is_dropped_and_items_go_to_the_survivors(cluster):
         assert len(ray.get(channel.directory.consumers.remote(channel.name, "work"))) == 1
     finally:
         group.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

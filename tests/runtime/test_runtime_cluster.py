@@ -1,15 +1,12 @@
 """Cluster start and shutdown leave nothing behind."""
 
-import subprocess
 import sys
 import textwrap
-import time
 
-from tests_helpers import ray_daemons_now
+from tests_helpers import TrackedProcess
 
 
 def test_a_cluster_in_a_child_process_leaves_no_ray_daemons_behind():
-    before = ray_daemons_now()
     script = textwrap.dedent("""
         from embodied_rl.runtime import Cluster, Worker, WorkerGroup
         import ray, os
@@ -20,10 +17,9 @@ def test_a_cluster_in_a_child_process_leaves_no_ray_daemons_behind():
         assert not os.path.exists(cluster.session_dir)
         print("ok")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "ok" in done.stdout
-    deadline = time.time() + 20
-    while ray_daemons_now() - before and time.time() < deadline:
-        time.sleep(0.5)
-    assert not (ray_daemons_now() - before), "Ray daemons outlived the process that started them"
+    process = TrackedProcess([sys.executable, "-c", script], cli=False)
+    returncode, stdout, stderr = process.wait(timeout=180)
+    assert returncode == 0, stderr[-2000:]
+    assert "ok" in stdout
+    assert len(process.descendants) >= 2  # Ray's daemons and the workers were seen
+    assert not process.leftovers(), "processes outlived the process that started them"
