@@ -19,6 +19,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
+def _add_loop_arguments(parser, env_workers: int, envs_per_worker: int, steps: int) -> None:
+    """Arguments of the benches that run the env/rollout loop."""
+    parser.add_argument("--task", default="maniskill_pickcube")
+    parser.add_argument("--env-workers", type=int, default=env_workers, help="env processes")
+    parser.add_argument("--envs-per-worker", type=int, default=envs_per_worker, help="envs per env process")
+    parser.add_argument("--steps", type=int, default=steps, help="steps per env per measurement")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating measurements of each variant")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="embodied-rl", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -43,19 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure throughput")
     benches = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
     env_bench = benches.add_parser("env", help="runtime env loop vs ManiSkill's plain AsyncVectorEnv loop")
-    env_bench.add_argument("--task", default="maniskill_pickcube")
-    env_bench.add_argument("--env-workers", type=int, default=4, help="env processes (both loops)")
-    env_bench.add_argument("--envs-per-worker", type=int, default=1, help="envs per env process (runtime loop)")
-    env_bench.add_argument("--steps", type=int, default=400, help="steps per env per measurement")
-    env_bench.add_argument("--repeats", type=int, default=2, help="alternating measurements of each loop")
-    env_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_loop_arguments(env_bench, env_workers=4, envs_per_worker=1, steps=400)
     placement_bench = benches.add_parser("placement", help="sampling throughput of the placement modes")
-    placement_bench.add_argument("--task", default="maniskill_pickcube")
-    placement_bench.add_argument("--env-workers", type=int, default=1, help="env processes")
-    placement_bench.add_argument("--envs-per-worker", type=int, default=8, help="envs per env process")
-    placement_bench.add_argument("--steps", type=int, default=100, help="steps per env per measurement")
-    placement_bench.add_argument("--repeats", type=int, default=2, help="alternating measurements of each mode")
-    placement_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_loop_arguments(placement_bench, env_workers=1, envs_per_worker=8, steps=100)
     channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
     channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")

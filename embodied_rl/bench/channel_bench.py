@@ -14,7 +14,7 @@ import time
 import numpy as np
 import ray
 
-from embodied_rl.config import ConfigError
+from embodied_rl.bench import require_at_least_one
 from embodied_rl.runtime import Channel, Cluster, Worker, WorkerGroup
 
 SIZES = {"1KB": 1 << 10, "1MB": 1 << 20, "100MB": 100 << 20}
@@ -92,8 +92,7 @@ def _count(nbytes: int) -> int:
 
 
 def run_channel_bench(as_json: bool, repeats: int = 2) -> int:
-    if repeats < 1:
-        raise ConfigError(f"--repeats={repeats} is out of range; allowed: an integer >= 1")
+    require_at_least_one(repeats=repeats)
     results: dict = {"sizes": {}}
     with Cluster(num_cpus=2) as cluster:
         group = WorkerGroup(ChannelBenchWorker, "channel-bench", 2, cpus_per_worker=0.5)

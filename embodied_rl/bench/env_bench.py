@@ -14,7 +14,8 @@ import time
 import numpy as np
 import torch
 
-from embodied_rl.config import ConfigError, load_train_config
+from embodied_rl.bench import require_at_least_one
+from embodied_rl.config import load_train_config
 from embodied_rl.config.schema import TrainConfig
 
 
@@ -77,10 +78,7 @@ def run_env_bench(task: str, env_workers: int, envs_per_worker: int, steps: int,
                   as_json: bool) -> int:
     from embodied_rl.runtime import Cluster
 
-    for name, value in (("--env-workers", env_workers), ("--envs-per-worker", envs_per_worker),
-                        ("--steps", steps), ("--repeats", repeats)):
-        if value < 1:
-            raise ConfigError(f"{name}={value} is out of range; allowed: an integer >= 1")
+    require_at_least_one(env_workers=env_workers, envs_per_worker=envs_per_worker, steps=steps, repeats=repeats)
     config = load_train_config(task, None, [f"env.num_workers={env_workers}",
                                             f"env.envs_per_worker={envs_per_worker}"])
     from embodied_rl.commands.preflight import check_task_starts

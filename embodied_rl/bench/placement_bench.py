@@ -14,6 +14,7 @@ import json
 import numpy as np
 
 from embodied_rl.bench.env_bench import RuntimeLoop
+from embodied_rl.bench import require_at_least_one
 from embodied_rl.config import ConfigError, load_train_config
 from embodied_rl.config.schema import validate
 from embodied_rl.runtime import Cluster
@@ -39,10 +40,7 @@ def _config(task: str, overrides: list[str], components: dict, stages: int):
 
 def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps: int, repeats: int,
                         as_json: bool) -> int:
-    for name, value in (("--env-workers", env_workers), ("--envs-per-worker", envs_per_worker),
-                        ("--steps", steps), ("--repeats", repeats)):
-        if value < 1:
-            raise ConfigError(f"{name}={value} is out of range; allowed: an integer >= 1")
+    require_at_least_one(env_workers=env_workers, envs_per_worker=envs_per_worker, steps=steps, repeats=repeats)
     if envs_per_worker < 2:
         raise ConfigError("--envs-per-worker must be >= 2: the hybrid mode splits them into 2 pipeline stages")
     base = [f"env.num_workers={env_workers}", f"env.envs_per_worker={envs_per_worker}", "rollout.num_workers=1"]

@@ -32,21 +32,19 @@ class EmbodiedWorkers:
 
     def sample(self, num_steps: int) -> list[dict]:
         """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes."""
-        serving = self.rollout.call("serve")
-        try:
-            episodes = ray.get(self.env.call("interact", num_steps))
-        finally:
-            self.stop_serving(serving)
-        return [e for worker_episodes in episodes for e in worker_episodes]
+        return self._served("interact", num_steps)
 
     def evaluate(self, num_episodes: int) -> list[dict]:
-        per_worker = -(-num_episodes // len(self.env))
+        """Deterministic full-length episodes, ``num_episodes`` split over the env workers."""
+        return self._served("evaluate", -(-num_episodes // len(self.env)))
+
+    def _served(self, env_method: str, argument: int) -> list[dict]:
         serving = self.rollout.call("serve")
         try:
-            episodes = ray.get(self.env.call("evaluate", per_worker))
+            per_worker = ray.get(self.env.call(env_method, argument))
         finally:
             self.stop_serving(serving)
-        return [e for worker_episodes in episodes for e in worker_episodes]
+        return [episode for episodes in per_worker for episode in episodes]
 
     def stop_serving(self, serving: list) -> None:
         for _ in range(len(self.rollout)):

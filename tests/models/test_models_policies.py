@@ -1,11 +1,13 @@
+import pytest
 import torch
 
 from embodied_rl.models import POLICIES, build_policy
 
 
-def test_mlp_is_registered_and_shapes_match_the_docstring():
-    assert "mlp" in POLICIES
-    policy = build_policy("mlp", obs_dim=7, action_dim=3, hidden_sizes=[16, 16])
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_policies_are_registered_and_shapes_match_the_docstring(name):
+    assert name in POLICIES
+    policy = build_policy(name, obs_dim=7, action_dim=3, hidden_sizes=[16, 16])
     obs = torch.randn(5, 7)
     actions, logp, values = policy.act(obs)
     assert actions.shape == (5, 3) and logp.shape == (5,) and values.shape == (5,)
@@ -24,12 +26,3 @@ def test_deterministic_action_is_the_mean_and_log_prob_is_the_gaussian_density()
     # log N(mean; mean, 1) = -0.5 * log(2 pi)
     torch.testing.assert_close(logp, torch.tensor([-0.9189385]), atol=1e-6, rtol=0)
 
-
-def test_transformer_policy_has_the_same_interface():
-    policy = build_policy("transformer", obs_dim=10, action_dim=3, hidden_sizes=[32])
-    obs = torch.randn(4, 10)
-    actions, logp, values = policy.act(obs)
-    assert actions.shape == (4, 3) and logp.shape == (4,) and values.shape == (4,)
-    new_logp, entropy, new_values = policy.evaluate(obs, actions)
-    torch.testing.assert_close(new_logp, logp)
-    torch.testing.assert_close(new_values, values)
