@@ -53,7 +53,7 @@ class ChannelBenchWorker(Worker):
             _touch(channel.get(key))
         return time.time()
 
-    def ping(self, channel: Channel, key: str, reply_key: str, count: int, nbytes: int) -> float:
+    def round_trips(self, channel: Channel, key: str, reply_key: str, count: int, nbytes: int) -> float:
         """Round trips of an ``nbytes`` array with the receiver's ``pong``; returns seconds per one-way trip."""
         array = self._array(nbytes)
         start = time.perf_counter()
@@ -120,7 +120,7 @@ def run_channel_bench(as_json: bool, repeats: int = 2) -> int:
             for name, channel in channels.items():
                 pings = min(count, 50)
                 ponging = receiver.pong.remote(channel, "data", "reply", pings)
-                latency[name] = ray.get(sender.ping.remote(channel, "data", "reply", pings, nbytes))
+                latency[name] = ray.get(sender.round_trips.remote(channel, "data", "reply", pings, nbytes))
                 ray.get(ponging)
             results["sizes"][label] = {
                 "messages": count,
