@@ -53,12 +53,12 @@ def measure_baseline(config: TrainConfig, num_envs: int, steps: int) -> float:
 class RuntimeLoop:
     """Env and rollout worker groups on a local cluster, reused across measurements."""
 
-    def __init__(self, config: TrainConfig, cluster):
+    def __init__(self, config: TrainConfig, cluster, cluster_share: float = 1.0):
         from embodied_rl.runners.setup import start_workers
 
         from embodied_rl.workers.messages import TRAJECTORIES_KEY
 
-        self.workers = start_workers(config, cluster, with_actor=False)
+        self.workers = start_workers(config, cluster, with_actor=False, cluster_share=cluster_share)
         self.workers.channel.subscribe(TRAJECTORIES_KEY)  # the driver reads trajectories, as the actor would
         self.num_envs = config.env.num_workers * config.env.envs_per_worker
 

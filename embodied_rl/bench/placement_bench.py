@@ -47,8 +47,9 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
     rates: dict = {policy: {mode: [] for mode in MODES} for policy in POLICIES}
     with Cluster(num_cpus=2) as cluster:
         for policy, policy_overrides in POLICIES.items():
-            loops = {mode: RuntimeLoop(_config(task, [*base, *policy_overrides], *MODES[mode]), cluster)
-                     for mode in MODES}
+            # All modes stay alive so they can be measured alternately; each holds a share of the CPU slots.
+            loops = {mode: RuntimeLoop(_config(task, [*base, *policy_overrides], *MODES[mode]), cluster,
+                                       cluster_share=1 / len(MODES)) for mode in MODES}
             for loop in loops.values():
                 loop.measure(5)
             for _ in range(repeats):

@@ -86,14 +86,15 @@ def node_ids_for(config: TrainConfig, component: str) -> list[str] | None:
 
 
 def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True,
-                  env_seed_offset: int = 0) -> EmbodiedWorkers:
-    """Env, rollout and (optionally) actor groups sharing one channel; CPU slots split evenly among them.
+                  env_seed_offset: int = 0, cluster_share: float = 1.0) -> EmbodiedWorkers:
+    """Env, rollout and (optionally) actor groups sharing one channel; ``cluster_share`` of the cluster's CPU
+    slots is split evenly among them (several worker sets alive at once, as in benchmarks, take a share each).
 
     ``env_seed_offset`` moves the envs to fresh initial states (a resumed run must not replay the first episodes).
     """
     channel = Channel.create("embodied", cluster, transport=config.channel_transport)
     num_workers = config.env.num_workers + config.rollout.num_workers + int(with_actor)
-    cpus = max(cluster.total_cpus() / num_workers, 0.01)
+    cpus = max(cluster.total_cpus() * cluster_share / num_workers, 0.01)
     placement = resolve_placement(config)
     cores = lambda component: placement.slots[component] if placement_on_cpu(config) else None  # noqa: E731
     env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=config.task,

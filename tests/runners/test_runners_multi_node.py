@@ -45,6 +45,7 @@ SCRIPT = textwrap.dedent("""
         workers.shutdown()
     print(json.dumps(dict(env_nodes=sorted(env_nodes), learner_nodes=sorted(learner_nodes), version=version,
                           losses=losses, across=across, within=within, traffic=traffic)))
+    ray.shutdown()
     nodes.shutdown()
 """)
 

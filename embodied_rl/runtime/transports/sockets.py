@@ -15,6 +15,7 @@ import logging
 import os
 import pickle
 import socket
+import threading
 import uuid
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -48,6 +49,13 @@ class Inbox:
         self.address = InboxAddress(node_id, unix_path, host, self._tcp.getsockname()[1])
         self._connections: list[Connection] = []
         self.queues: dict[tuple[str, str], deque] = defaultdict(deque)
+        # Connections are accepted (and TCP ones authenticated) by a thread, so a sender's connect never waits
+        # for this process to read: a sender may block on its handshake while this process waits for the sender.
+        self._accepted: list[Connection] = []
+        self._lock = threading.Lock()
+        self._wake_read, self._wake_write = os.pipe()
+        self._closed = False
+        threading.Thread(target=self._accept_loop, name="inbox-accept", daemon=True).start()
 
     def deliver(self, channel: str, key: str, item) -> None:
         """Enqueue directly (a sender in this same process: no copy, no socket)."""
@@ -55,10 +63,13 @@ class Inbox:
 
     def pump(self, timeout: float | None) -> bool:
         """Wait up to ``timeout`` s for traffic and enqueue what arrived; False if nothing did."""
-        ready = wait([self._unix, self._tcp, *self._connections], timeout)
+        ready = wait([self._wake_read, *self._connections], timeout)
         for source in ready:
-            if source is self._unix or source is self._tcp:
-                self._accept(source)
+            if source == self._wake_read:
+                os.read(self._wake_read, 4096)
+                with self._lock:
+                    self._connections.extend(self._accepted)
+                    self._accepted.clear()
                 continue
             try:
                 channel, key, payload, descriptors = pickle.loads(source.recv_bytes())
@@ -69,7 +80,20 @@ class Inbox:
             self.queues[(channel, key)].append(shared_memory.decode(payload, descriptors))
         return bool(ready)
 
-    def _accept(self, server: socket.socket) -> None:
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                ready = wait([self._unix, self._tcp], 1.0)
+                for server in ready:
+                    connection = self._accept(server)
+                    if connection is not None:
+                        with self._lock:
+                            self._accepted.append(connection)
+                        os.write(self._wake_write, b"x")
+            except OSError:
+                return
+
+    def _accept(self, server: socket.socket) -> Connection | None:
         client, _ = server.accept()
         connection = Connection(client.detach())
         if server is self._tcp:
@@ -78,10 +102,11 @@ class Inbox:
                 answer_challenge(connection, self.authkey)
             except Exception:  # a peer without the session key: drop it before reading a single message
                 connection.close()
-                return
-        self._connections.append(connection)
+                return None
+        return connection
 
     def close(self) -> None:
+        self._closed = True
         for connection in self._connections:
             connection.close()
         self._unix.close()
