@@ -35,9 +35,6 @@ class ChannelDirectory:
     def consumers(self, channel: str, key: str) -> list[str]:
         return list(self._consumers.get((channel, key), []))
 
-    def get_version(self) -> int:
-        return self.version
-
 
 def create_directory(session_id: str):
     """A directory actor for one cluster session; the Cluster keeps the handle, so it lives as long as the session."""
