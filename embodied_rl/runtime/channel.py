@@ -37,7 +37,7 @@ class _ProcessEndpoints:
         os.makedirs(session_dir, mode=0o700, exist_ok=True)  # absent on other nodes of a multi-node cluster
         node_id = ray.get_runtime_context().get_node_id()
         self.inbox = Inbox(session_dir, node_id, ray.util.get_node_ip_address(), authkey)
-        self.outbox = Outbox(node_id, authkey)
+        self.outbox = Outbox(node_id, authkey, os.path.basename(session_dir))
 
     @classmethod
     def of(cls, session_dir: str, authkey: bytes) -> "_ProcessEndpoints":
@@ -84,6 +84,14 @@ class Channel:
     def traffic(self) -> dict:
         """Counters of what this process has sent, by transport (all channels of the session)."""
         return dict(self._endpoints.outbox.counters)
+
+    def shared_array(self, shape, dtype="float32"):
+        """A numpy array in shared memory: putting it (or a view of it) sends its name, not its bytes.
+
+        Readers on this node see the same memory (torch's ``share_memory_()`` semantics): do not write to it
+        again until the readers are done with what was sent. Readers on other nodes get a copy.
+        """
+        return self._endpoints.outbox.encoder.shared_arrays.empty(shape, dtype)
 
     def transport_to_readers(self, key: str = "default", timeout: float = 120.0) -> dict:
         """``{reader node id: transport}`` this process would use to send on ``key``."""

@@ -12,6 +12,8 @@ import uuid
 
 import ray
 
+from embodied_rl.runtime.transports.shared_memory import sweep_segments
+
 _ACTIVE: "Cluster | None" = None
 
 
@@ -78,6 +80,7 @@ class Cluster:
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         shutil.rmtree(self.session_dir, ignore_errors=True)
+        sweep_segments(os.path.basename(self.session_dir))  # shared memory that killed workers left behind
         if _ACTIVE is self:
             _ACTIVE = None
 

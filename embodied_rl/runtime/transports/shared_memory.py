@@ -1,75 +1,220 @@
-"""Same-node shared memory for large array payloads: the socket carries only names, never the bytes.
+"""Same-node shared memory segments (files in ``/dev/shm``) that carry array bytes between processes.
 
-Messages are pickled with protocol 5; every out-of-band buffer (numpy arrays, PickleBuffer) of at least
-``threshold`` bytes is written once into a fresh file in ``/dev/shm`` and replaced by its name. The receiver maps
-the file, unlinks it at once (nothing leaks if either side dies later) and rebuilds the arrays on the mapping
-itself, without a copy; the mapping is released when the last array that uses it is garbage collected.
+A segment is a file whose first page is a header and whose data starts at ``DATA_OFFSET`` (page aligned, so
+arrays built on it are aligned). Three kinds, chosen per buffer by ``encoding``:
+
+* **pooled**: a sender keeps a pool of segments per receiving process. A segment is created once, mapped with
+  ``MAP_POPULATE`` (its pages are faulted in once, not at every message), filled with one ``memcpy`` per message
+  and reused: the receiver maps it once (then unlinks the file, so nothing outlives the two processes), caches
+  the mapping, and writes ``FREE`` into the header byte when the last array built on the message is garbage
+  collected. A fresh file per message measured 0.82 GB/s for 100 MB here, mostly page faults.
+* **shared**: an array allocated with ``SharedArrays.empty`` lives in a segment from the start; sending it moves
+  only its name and offset, no bytes (the semantics of torch's ``share_memory_()``: both sides see one memory).
+* **one-off**: when a pool is full (a receiver holds on to many messages) a fresh segment per message, unlinked
+  by the receiver as soon as it is mapped, freed when its arrays are.
+
+Segment names start with the session's tag (``erl-<session id>-...``) so the cluster sweeps what a crashed process left behind.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-import pickle
 import uuid
+import weakref
+
+import numpy as np
 
 SHM_DIR = "/dev/shm"
 DEFAULT_THRESHOLD = 64 * 1024
+DATA_OFFSET = mmap.PAGESIZE
+FREE, IN_FLIGHT = 0, 1
+POOL_BYTES_PER_RECEIVER = 1 << 30  # beyond this a sender falls back to one-off segments for that receiver
 
 
 def shared_memory_available() -> bool:
     return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
 
 
-def encode(obj, threshold: int = DEFAULT_THRESHOLD) -> tuple[bytes, list]:
-    """``obj`` -> (pickle bytes, buffer descriptors): ``("inline", bytes)`` or ``("shm", path, size)``."""
-    buffers: list[pickle.PickleBuffer] = []
-    payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    descriptors = []
-    for buffer in buffers:
-        view = buffer.raw()
-        if view.nbytes >= threshold:
-            descriptors.append(("shm", _write_segment(view), view.nbytes))
-        else:
-            descriptors.append(("inline", bytes(view)))
-    return payload, descriptors
+def segment_prefix(session_tag: str) -> str:
+    """Path prefix of a session's segments; ``session_tag`` is the name of its private directory (``erl-...``)."""
+    return os.path.join(SHM_DIR, f"{session_tag}-")
 
 
-def decode(payload: bytes, descriptors: list):
-    buffers = [_map_segment(d[1], d[2]) if d[0] == "shm" else d[1] for d in descriptors]
-    return pickle.loads(payload, buffers=buffers)
-
-
-def discard(descriptors: list) -> None:
-    """Remove segments that were written but will never be read (the send failed)."""
-    for descriptor in descriptors:
-        if descriptor[0] == "shm":
+def sweep_segments(session_tag: str) -> int:
+    """Remove every segment file of a session (what crashed processes left); returns how many."""
+    prefix = os.path.basename(segment_prefix(session_tag))
+    removed = 0
+    for name in os.listdir(SHM_DIR) if os.path.isdir(SHM_DIR) else ():
+        if name.startswith(prefix):
             try:
-                os.unlink(descriptor[1])
+                os.unlink(os.path.join(SHM_DIR, name))
+                removed += 1
             except FileNotFoundError:
                 pass
+    return removed
 
 
-def _write_segment(view: memoryview) -> str:
-    path = os.path.join(SHM_DIR, f"erl-{uuid.uuid4().hex}")
+def _create(prefix: str, data_bytes: int) -> tuple[str, int, mmap.mmap]:
+    path = f"{prefix}{uuid.uuid4().hex}"
+    size = DATA_OFFSET + data_bytes
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
-        os.ftruncate(fd, view.nbytes)
-        with mmap.mmap(fd, view.nbytes) as mapping:
-            mapping[:] = view.cast("B")
+        os.ftruncate(fd, size)
+        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
     except BaseException:
         os.unlink(path)
         raise
     finally:
         os.close(fd)
-    return path
+    return path, size, mapping
 
 
-def _map_segment(path: str, size: int) -> memoryview:
+def _map(path: str, size: int, unlink: bool) -> mmap.mmap:
     fd = os.open(path, os.O_RDWR)
     try:
-        mapping = mmap.mmap(fd, size)
+        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
     finally:
         os.close(fd)
-        os.unlink(path)
-    return memoryview(mapping)
+        if unlink:
+            os.unlink(path)
+
+
+def _address(view) -> int:
+    return np.frombuffer(view, np.uint8).__array_interface__["data"][0] if len(view) else 0
+
+
+class _PooledSegment:
+    def __init__(self, prefix: str, data_bytes: int):
+        self.path, self.size, self.mapping = _create(prefix, data_bytes)
+        self.data_bytes = data_bytes
+        self.data = np.frombuffer(self.mapping, np.uint8, data_bytes, DATA_OFFSET)
+
+    @property
+    def free(self) -> bool:
+        return self.mapping[0] == FREE
+
+
+class SegmentPool:
+    """A sender's reusable segments for one receiving process."""
+
+    def __init__(self, prefix: str, max_bytes: int | None = None):
+        self.prefix = prefix
+        self.max_bytes = POOL_BYTES_PER_RECEIVER if max_bytes is None else max_bytes
+        self.segments: list[_PooledSegment] = []
+
+    def write(self, view: memoryview) -> tuple | None:
+        """Copy ``view`` into a free segment; its descriptor, or None when the pool is full."""
+        nbytes = view.nbytes
+        free = [s for s in self.segments if s.free and s.data_bytes >= nbytes]
+        if free:
+            segment = min(free, key=lambda s: s.data_bytes)
+        else:
+            capacity = max(1 << (max(nbytes, 1) - 1).bit_length(), DEFAULT_THRESHOLD)  # next power of two
+            if sum(s.size for s in self.segments) + capacity > self.max_bytes:
+                return None
+            segment = _PooledSegment(self.prefix, capacity)
+            self.segments.append(segment)
+        segment.mapping[0] = IN_FLIGHT
+        np.copyto(segment.data[:nbytes], np.frombuffer(view, np.uint8))
+        return ("pooled", segment.path, segment.size, nbytes)
+
+    def close(self) -> None:
+        for segment in self.segments:
+            try:  # the receiver unlinks a segment when it first maps it; one never sent is still here
+                os.unlink(segment.path)
+            except FileNotFoundError:
+                pass
+        self.segments.clear()
+
+
+def write_one_off(prefix: str, view: memoryview) -> tuple:
+    path, size, mapping = _create(prefix, view.nbytes)
+    with mapping:
+        np.copyto(np.frombuffer(mapping, np.uint8, view.nbytes, DATA_OFFSET), np.frombuffer(view, np.uint8))
+    return ("one_off", path, size, view.nbytes)
+
+
+class SharedArrays:
+    """Arrays that live in shared memory from the start, so sending them copies nothing.
+
+    ``empty(shape, dtype)`` gives a numpy array on a fresh segment; the channel sends any array whose memory lies
+    in one of these segments by name and offset. The files are removed when this process closes the allocator
+    (or exits), or by the cluster's sweep.
+    """
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self._segments: list[tuple[int, int, str, int]] = []  # (start address, end address, path, size)
+        self._mappings: list[mmap.mmap] = []
+
+    def empty(self, shape, dtype=np.float32) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        path, size, mapping = _create(self.prefix, max(nbytes, 1))
+        array = np.frombuffer(mapping, dtype, int(np.prod(shape, dtype=np.int64)), DATA_OFFSET).reshape(shape)
+        start = _address(memoryview(mapping)[DATA_OFFSET:])
+        self._segments.append((start, start + nbytes, path, size))
+        self._mappings.append(mapping)
+        return array
+
+    def find(self, view: memoryview) -> tuple | None:
+        """The descriptor of ``view`` if it lies inside one of these segments."""
+        if not self._segments or not view.nbytes:
+            return None
+        address = _address(view)
+        for start, end, path, size in self._segments:
+            if start <= address and address + view.nbytes <= end:
+                return ("shared", path, size, view.nbytes, DATA_OFFSET + address - start)
+        return None
+
+    def close(self) -> None:
+        for _, _, path, _ in self._segments:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self._segments.clear()
+
+
+class ReceivedSegments:
+    """A receiver's cached mappings; turns descriptors back into buffers without copying."""
+
+    def __init__(self):
+        self._mappings: dict[str, mmap.mmap] = {}
+
+    def buffer(self, descriptor: tuple):
+        kind = descriptor[0]
+        if kind == "inline":
+            return descriptor[1]
+        _, path, size, nbytes, *rest = descriptor
+        if kind == "one_off":
+            mapping = _map(path, size, unlink=True)  # freed with the last array built on it
+            return memoryview(mapping)[DATA_OFFSET:DATA_OFFSET + nbytes]
+        mapping = self._mappings.get(path)
+        if mapping is None:
+            mapping = self._mappings[path] = _map(path, size, unlink=(kind == "pooled"))
+        if kind == "shared":
+            offset = rest[0]
+            return np.frombuffer(mapping, np.uint8, nbytes, offset)
+        holder = np.frombuffer(mapping, np.uint8, nbytes, DATA_OFFSET)
+        weakref.finalize(holder, _mark_free, mapping)
+        return holder
+
+    def close(self) -> None:
+        self._mappings.clear()  # mappings still used by arrays stay alive through those arrays
+
+
+def _mark_free(mapping: mmap.mmap) -> None:
+    if not mapping.closed:
+        mapping[0] = FREE
+
+
+def discard_one_off_segments(descriptors: list) -> None:
+    """Remove the one-off segments of a message that was never sent."""
+    for descriptor in descriptors:
+        if descriptor[0] == "one_off":
+            try:
+                os.unlink(descriptor[1])
+            except FileNotFoundError:
+                pass

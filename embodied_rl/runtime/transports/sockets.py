@@ -21,7 +21,8 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 
-from embodied_rl.runtime.transports import shared_memory
+from embodied_rl.runtime.transports.encoding import Decoder, Encoder
+from embodied_rl.runtime.transports.shared_memory import segment_prefix, shared_memory_available
 
 log = logging.getLogger("embodied_rl.channel")
 
@@ -49,6 +50,7 @@ class Inbox:
         self.address = InboxAddress(node_id, unix_path, host, self._tcp.getsockname()[1])
         self._connections: list[Connection] = []
         self.queues: dict[tuple[str, str], deque] = defaultdict(deque)
+        self.decoder = Decoder()
         # Connections are accepted (and TCP ones authenticated) by a thread, so a sender's connect never waits
         # for this process to read: a sender may block on its handshake while this process waits for the sender.
         self._accepted: list[Connection] = []
@@ -77,7 +79,7 @@ class Inbox:
                 self._connections.remove(source)
                 source.close()
                 continue
-            self.queues[(channel, key)].append(shared_memory.decode(payload, descriptors))
+            self.queues[(channel, key)].append(self.decoder.decode(payload, descriptors))
         return bool(ready)
 
     def _accept_loop(self) -> None:
@@ -120,9 +122,10 @@ class Inbox:
 class Outbox:
     """This process's sending end: one cached connection per destination inbox, and traffic counters."""
 
-    def __init__(self, node_id: str, authkey: bytes):
+    def __init__(self, node_id: str, authkey: bytes, session_tag: str):
         self.node_id = node_id
         self.authkey = authkey
+        self.encoder = Encoder(segment_prefix(session_tag))
         self._connections: dict[InboxAddress, Connection] = {}
         self.counters = defaultdict(int)
 
@@ -132,21 +135,23 @@ class Outbox:
     def send(self, address: InboxAddress, channel: str, key: str, item, shm_threshold: int | None) -> None:
         """Send ``item``; same-node array buffers of at least ``shm_threshold`` bytes go through shared memory."""
         transport = self.transport_to(address)
-        if transport != "unix_socket" or shm_threshold is None or not shared_memory.shared_memory_available():
-            shm_threshold = 1 << 62
-        payload, descriptors = shared_memory.encode(item, shm_threshold)
+        same_node = transport == "unix_socket"
+        if not same_node or not shared_memory_available():
+            shm_threshold = None
+        payload, descriptors = self.encoder.encode(item, address, shm_threshold, same_node)
         frame = pickle.dumps((channel, key, payload, descriptors), protocol=pickle.HIGHEST_PROTOCOL)
         try:
             self._connection(address, transport, channel).send_bytes(frame)
         except BaseException:
-            shared_memory.discard(descriptors)
+            self.encoder.discard(address, descriptors)
             raise
         self.counters[f"{transport}_messages"] += 1
         self.counters[f"{transport}_bytes"] += len(frame)
         for descriptor in descriptors:
-            if descriptor[0] == "shm":
+            if descriptor[0] != "inline":
+                self.counters[f"shared_memory_{descriptor[0]}_buffers"] += 1
                 self.counters["shared_memory_buffers"] += 1
-                self.counters["shared_memory_bytes"] += descriptor[2]
+                self.counters["shared_memory_bytes"] += descriptor[3]
 
     def _connection(self, address: InboxAddress, transport: str, channel: str) -> Connection:
         connection = self._connections.get(address)
@@ -168,3 +173,4 @@ class Outbox:
         connection = self._connections.pop(address, None)
         if connection is not None:
             connection.close()
+        self.encoder.forget(address)

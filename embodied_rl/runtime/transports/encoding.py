@@ -1,0 +1,124 @@
+"""Messages to bytes and back, with array payloads kept out of the pickle.
+
+Messages are pickled with protocol 5; every out-of-band buffer (numpy arrays, and torch CPU tensors, which are
+reduced to numpy arrays here because torch's own pickling copies their bytes into the pickle) of at least the
+threshold goes through shared memory (see ``shared_memory``); smaller ones ride inline. CUDA tensors sent to a
+process on the same node travel as CUDA IPC handles (``cuda_ipc``); to another node they are copied to host
+memory and rebuilt on the receiver's GPU if it has one.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import pickle
+import sys
+
+from embodied_rl.runtime.transports import cuda_ipc
+from embodied_rl.runtime.transports.shared_memory import (FREE, ReceivedSegments, SegmentPool, SharedArrays,
+                                                         discard_one_off_segments, write_one_off)
+
+
+def _tensor_from_numpy(array, dtype_name: str, device: str):
+    import torch
+
+    tensor = torch.from_numpy(array)
+    if dtype_name != str(tensor.dtype).removeprefix("torch."):
+        tensor = tensor.view(getattr(torch, dtype_name))
+    if device != "cpu":
+        tensor = tensor.to(device if torch.cuda.is_available() else "cpu")
+    return tensor
+
+
+def _numpy_viewable(tensor):
+    """``tensor`` as a numpy array sharing its memory (bfloat16 and friends travel as same-width integers)."""
+    import torch
+
+    tensor = tensor.detach().contiguous()
+    try:
+        return tensor.numpy()
+    except TypeError:
+        return tensor.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]).numpy()
+
+
+class _MessagePickler(pickle.Pickler):
+    def __init__(self, file, buffer_callback, same_node: bool):
+        super().__init__(file, protocol=5, buffer_callback=buffer_callback)
+        self.same_node = same_node
+        if "torch" in sys.modules:  # never import torch just to send plain numpy messages
+            import torch
+
+            table = copyreg.dispatch_table.copy()
+            table[torch.Tensor] = table[torch.nn.Parameter] = self._reduce_tensor
+            self.dispatch_table = table
+
+    def _reduce_tensor(self, tensor):
+        dtype_name = str(tensor.dtype).removeprefix("torch.")
+        if tensor.is_cuda:
+            if self.same_node:
+                return cuda_ipc.reduce_cuda_tensor(tensor)
+            return _tensor_from_numpy, (_numpy_viewable(tensor.cpu()), dtype_name, "cuda")
+        return _tensor_from_numpy, (_numpy_viewable(tensor), dtype_name, "cpu")
+
+
+def dumps(obj, buffer_callback=None, same_node: bool = True) -> bytes:
+    stream = io.BytesIO()
+    _MessagePickler(stream, buffer_callback, same_node).dump(obj)
+    return stream.getvalue()
+
+
+class Encoder:
+    """A sending process's encoder: a segment pool per receiving process, and its shared-array allocator."""
+
+    def __init__(self, segment_prefix: str):
+        self.segment_prefix = segment_prefix
+        self.shared_arrays = SharedArrays(segment_prefix)
+        self._pools: dict[object, SegmentPool] = {}
+
+    def encode(self, obj, receiver, threshold: int | None, same_node: bool) -> tuple[bytes, list]:
+        """``obj`` -> (pickle bytes, buffer descriptors). ``threshold=None``: every byte inline (no shared memory)."""
+        buffers: list[pickle.PickleBuffer] = []
+        payload = dumps(obj, buffers.append, same_node)
+        descriptors = []
+        for buffer in buffers:
+            view = buffer.raw()
+            if threshold is None or view.nbytes < threshold:
+                descriptors.append(("inline", bytes(view)))
+                continue
+            descriptor = self.shared_arrays.find(view)
+            if descriptor is None:
+                pool = self._pools.get(receiver)
+                if pool is None:
+                    pool = self._pools[receiver] = SegmentPool(self.segment_prefix)
+                descriptor = pool.write(view) or write_one_off(self.segment_prefix, view)
+            descriptors.append(descriptor)
+        return payload, descriptors
+
+    def discard(self, receiver, descriptors: list) -> None:
+        """Undo a send that failed: pooled segments back to free, one-off files removed."""
+        pool = self._pools.get(receiver)
+        paths = {d[1] for d in descriptors if d[0] == "pooled"}
+        for segment in pool.segments if pool else ():
+            if segment.path in paths:
+                segment.mapping[0] = FREE
+        discard_one_off_segments(descriptors)
+
+    def forget(self, receiver) -> None:
+        pool = self._pools.pop(receiver, None)
+        if pool is not None:
+            pool.close()
+
+    def close(self) -> None:
+        for receiver in list(self._pools):
+            self.forget(receiver)
+        self.shared_arrays.close()
+
+
+class Decoder:
+    """A receiving process's decoder (caches the mappings of the segments it has seen)."""
+
+    def __init__(self):
+        self.segments = ReceivedSegments()
+
+    def decode(self, payload: bytes, descriptors: list):
+        return pickle.loads(payload, buffers=[self.segments.buffer(d) for d in descriptors])
