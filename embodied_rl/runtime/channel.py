@@ -1,7 +1,8 @@
 """Channel: named, keyed queues between worker processes.
 
-A channel handle is a small picklable object; pass it to workers. ``put(item, key)`` sends to a reader of
-``key`` (round-robin when several workers read the same key); ``get(key)`` blocks until an item for ``key``
+A channel handle is a small picklable object; pass it to workers. ``put(item, key)`` sends to one reader of
+``key`` (when several workers read the same key, the least busy one on this node: see ``reader_load``);
+``get(key)`` blocks until an item for ``key``
 arrives in this process. Readers announce themselves with ``subscribe(key)`` (``get`` does it on first use);
 a sender waits for the first reader of a key to appear.
 """
@@ -13,7 +14,8 @@ import time
 
 import ray
 
-from embodied_rl.runtime.transports.shared_memory import DEFAULT_THRESHOLD
+from embodied_rl.runtime.reader_load import ReaderLoad, ReaderLoads, least_loaded
+from embodied_rl.runtime.transports.shared_memory import DEFAULT_THRESHOLD, segment_prefix
 from embodied_rl.runtime.transports.sockets import Inbox, Outbox
 
 TRANSPORTS = ("auto", "socket", "shared_memory")
@@ -38,6 +40,10 @@ class _ProcessEndpoints:
         node_id = ray.get_runtime_context().get_node_id()
         self.inbox = Inbox(session_dir, node_id, ray.util.get_node_ip_address(), authkey)
         self.outbox = Outbox(node_id, authkey, os.path.basename(session_dir))
+        self.node_id = node_id
+        self.segment_prefix = segment_prefix(os.path.basename(session_dir))
+        self.own_loads: dict[tuple[str, str], ReaderLoad] = {}  # cells of the keys this process reads
+        self.reader_loads = ReaderLoads()
 
     @classmethod
     def of(cls, session_dir: str, authkey: bytes) -> "_ProcessEndpoints":
@@ -60,7 +66,7 @@ class Channel:
         self.session_dir = session_dir
         self.authkey = authkey
         self.directory = directory
-        self._readers: dict[str, list[str]] = {}
+        self._readers: dict[str, list[tuple]] = {}  # key -> [(inbox address, load cell path)]
         self._round_robin: dict[str, itertools.count] = {}
         self._subscribed: set[str] = set()
 
@@ -96,7 +102,7 @@ class Channel:
     def transport_to_readers(self, key: str = "default", timeout: float = 120.0) -> dict:
         """``{reader node id: transport}`` this process would use to send on ``key``."""
         outbox = self._endpoints.outbox
-        return {address.node_id: outbox.transport_to(address) for address in self._lookup_readers(key, timeout)}
+        return {address.node_id: outbox.transport_to(address) for address, _ in self._lookup_readers(key, timeout)}
 
     @property
     def _endpoints(self) -> _ProcessEndpoints:
@@ -106,12 +112,20 @@ class Channel:
     def subscribe(self, key: str = "default") -> None:
         """Make this process a reader of ``key``."""
         if key not in self._subscribed:
-            ray.get(self.directory.subscribe.remote(self.name, key, self._endpoints.inbox.address))
+            endpoints = self._endpoints
+            load = endpoints.own_loads.get((self.name, key))
+            if load is None:
+                load = endpoints.own_loads[(self.name, key)] = ReaderLoad(endpoints.segment_prefix)
+            ray.get(self.directory.subscribe.remote(self.name, key, endpoints.inbox.address, load.path))
             self._subscribed.add(key)
 
     def unsubscribe(self, key: str = "default") -> None:
         if key in self._subscribed:
-            ray.get(self.directory.unsubscribe.remote(self.name, key, self._endpoints.inbox.address))
+            endpoints = self._endpoints
+            ray.get(self.directory.unsubscribe.remote(self.name, key, endpoints.inbox.address))
+            load = endpoints.own_loads.pop((self.name, key), None)
+            if load is not None:
+                load.close()
             self._subscribed.discard(key)
 
     def get(self, key: str = "default", timeout: float | None = None):
@@ -121,8 +135,10 @@ class Channel:
     def get_batch(self, key: str = "default", max_items: int = 1 << 30, timeout: float | None = None) -> list:
         """Wait for at least one item for ``key``, then take every item already here, up to ``max_items``."""
         self.subscribe(key)
-        inbox = self._endpoints.inbox
+        endpoints = self._endpoints
+        inbox, load = endpoints.inbox, endpoints.own_loads[(self.name, key)]
         queue = inbox.queues[(self.name, key)]
+        load.update(len(queue), busy=False)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not queue:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -130,7 +146,9 @@ class Channel:
                 raise ChannelTimeout(f"no item for key {key!r} on channel {self.name!r} within {timeout} s")
         while inbox.pump(0):  # drain what else has already arrived
             pass
-        return [queue.popleft() for _ in range(min(max_items, len(queue)))]
+        items = [queue.popleft() for _ in range(min(max_items, len(queue)))]
+        load.update(len(queue), busy=True)
+        return items
 
     def qsize(self, key: str = "default") -> int:
         """Items for ``key`` already received by this process."""
@@ -140,8 +158,8 @@ class Channel:
     def put(self, item, key: str = "default", timeout: float = 120.0) -> None:
         """Send ``item`` to one reader of ``key`` (waits up to ``timeout`` s for a reader to subscribe)."""
         readers = self._readers.get(key) or self._lookup_readers(key, timeout)
-        address = readers[next(self._round_robin[key]) % len(readers)]
         endpoints = self._endpoints
+        address = self._choose(key, readers, endpoints)
         while True:
             if address == endpoints.inbox.address:
                 endpoints.inbox.deliver(self.name, key, item)
@@ -155,13 +173,29 @@ class Channel:
                 ray.get(self.directory.unsubscribe.remote(self.name, key, address))
                 self._readers.pop(key, None)
                 readers = self._lookup_readers(key, timeout)
-                address = readers[next(self._round_robin[key]) % len(readers)]
+                address = self._choose(key, readers, endpoints)
+
+    def put_to_every_reader(self, item, key: str = "default", timeout: float = 120.0) -> int:
+        """Send ``item`` to each current reader of ``key`` (e.g. a stop signal); returns how many got it."""
+        endpoints = self._endpoints
+        readers = self._lookup_readers(key, timeout)
+        for address, _ in readers:
+            if address == endpoints.inbox.address:
+                endpoints.inbox.deliver(self.name, key, item)
+            else:
+                endpoints.outbox.send(address, self.name, key, item, self.shm_threshold)
+        return len(readers)
+
+    def _choose(self, key: str, readers: list[tuple], endpoints: _ProcessEndpoints):
+        if len(readers) == 1:
+            return readers[0][0]
+        return least_loaded(readers, next(self._round_robin[key]), endpoints.reader_loads, endpoints.node_id)[0]
 
     def refresh(self) -> None:
         """Forget cached reader lists (call between batches when workers may have joined or left)."""
         self._readers.clear()
 
-    def _lookup_readers(self, key: str, timeout: float) -> list[str]:
+    def _lookup_readers(self, key: str, timeout: float) -> list[tuple]:
         deadline = time.monotonic() + timeout
         while True:
             readers = ray.get(self.directory.consumers.remote(self.name, key))

@@ -112,3 +112,44 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+class PacedReader(Worker):
+    """Takes items from key ``work`` one at a time, spending ``seconds_per_item`` on each."""
+
+    def __init__(self, channel, seconds_per_item, **kwargs):
+        super().__init__(**kwargs)
+        self.channel = channel
+        self.seconds_per_item = seconds_per_item
+        self.channel.subscribe("work")
+
+    def serve(self, reply_key):
+        while True:
+            item = self.channel.get("work", timeout=60)
+            if item is None:
+                return True
+            time.sleep(self.seconds_per_item[self.rank])
+            self.channel.put(self.rank, reply_key)
+
+
+def test_an_idle_reader_takes_the_next_item_and_a_slow_one_is_passed_over(cluster):
+    channel = Channel.create("test-least-loaded", cluster)
+    group = WorkerGroup(PacedReader, "paced", 2, cpus_per_worker=0.1, channel=channel,
+                        seconds_per_item=[0.5, 0.01])
+    try:
+        channel.subscribe("paced-replies")
+        serving = group.call("serve", "paced-replies")
+        for i in range(20):
+            channel.put(i, "work")
+            time.sleep(0.03)
+        handled = []
+        while len(handled) < 20:
+            handled.extend(channel.get_batch("paced-replies", timeout=60))
+        assert channel.put_to_every_reader(None, "work") == 2
+        ray.get(serving)
+        # Round-robin would give the slow reader 10 items (5 s of work); by load it gets only what arrives
+        # while it is idle.
+        assert handled.count(0) <= 3, handled
+        assert handled.count(1) >= 17
+    finally:
+        group.kill()

@@ -55,7 +55,8 @@ def sweep_segments(session_tag: str) -> int:
     return removed
 
 
-def _create(prefix: str, data_bytes: int) -> tuple[str, int, mmap.mmap]:
+def create_segment(prefix: str, data_bytes: int) -> tuple[str, int, mmap.mmap]:
+    """A new segment with ``data_bytes`` after its header page: (path, size, mapping), pages faulted in."""
     path = f"{prefix}{uuid.uuid4().hex}"
     size = DATA_OFFSET + data_bytes
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
@@ -70,7 +71,7 @@ def _create(prefix: str, data_bytes: int) -> tuple[str, int, mmap.mmap]:
     return path, size, mapping
 
 
-def _map(path: str, size: int, unlink: bool) -> mmap.mmap:
+def map_segment(path: str, size: int, unlink: bool) -> mmap.mmap:
     fd = os.open(path, os.O_RDWR)
     try:
         return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
@@ -86,7 +87,7 @@ def _address(view) -> int:
 
 class _PooledSegment:
     def __init__(self, prefix: str, data_bytes: int):
-        self.path, self.size, self.mapping = _create(prefix, data_bytes)
+        self.path, self.size, self.mapping = create_segment(prefix, data_bytes)
         self.data_bytes = data_bytes
         self.data = np.frombuffer(self.mapping, np.uint8, data_bytes, DATA_OFFSET)
 
@@ -129,7 +130,7 @@ class SegmentPool:
 
 
 def write_one_off(prefix: str, view: memoryview) -> tuple:
-    path, size, mapping = _create(prefix, view.nbytes)
+    path, size, mapping = create_segment(prefix, view.nbytes)
     with mapping:
         np.copyto(np.frombuffer(mapping, np.uint8, view.nbytes, DATA_OFFSET), np.frombuffer(view, np.uint8))
     return ("one_off", path, size, view.nbytes)
@@ -151,7 +152,7 @@ class SharedArrays:
     def empty(self, shape, dtype=np.float32) -> np.ndarray:
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        path, size, mapping = _create(self.prefix, max(nbytes, 1))
+        path, size, mapping = create_segment(self.prefix, max(nbytes, 1))
         array = np.frombuffer(mapping, dtype, int(np.prod(shape, dtype=np.int64)), DATA_OFFSET).reshape(shape)
         start = _address(memoryview(mapping)[DATA_OFFSET:])
         self._segments.append((start, start + nbytes, path, size))
@@ -189,11 +190,11 @@ class ReceivedSegments:
             return descriptor[1]
         _, path, size, nbytes, *rest = descriptor
         if kind == "one_off":
-            mapping = _map(path, size, unlink=True)  # freed with the last array built on it
+            mapping = map_segment(path, size, unlink=True)  # freed with the last array built on it
             return memoryview(mapping)[DATA_OFFSET:DATA_OFFSET + nbytes]
         mapping = self._mappings.get(path)
         if mapping is None:
-            mapping = self._mappings[path] = _map(path, size, unlink=(kind == "pooled"))
+            mapping = self._mappings[path] = map_segment(path, size, unlink=(kind == "pooled"))
         if kind == "shared":
             offset = rest[0]
             return np.frombuffer(mapping, np.uint8, nbytes, offset)
