@@ -36,6 +36,7 @@ class Worker:
         self.address = WorkerAddress(group, rank)
         self.rank = rank
         self.world_size = world_size
+        self.collectives: dict = {}  # name -> CollectiveGroup this process belongs to (see collective.py)
 
     def ping(self) -> str:
         return str(self.address)
@@ -52,6 +53,26 @@ class Worker:
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
+
+    def open_collective(self, name: str, world_size: int, backend: str = "auto", timeout_seconds: float = 600.0):
+        """As rank 0 of collective ``name``: open its rendezvous here; returns the ``CollectiveSpec`` to join."""
+        from embodied_rl.runtime import collective
+
+        return collective.open_rendezvous(name, world_size, backend, timeout_seconds)
+
+    def join_collective(self, spec, rank: int) -> None:
+        """Join collective ``spec`` as ``rank`` (all ranks at once); the group is ``self.collectives[spec.name]``."""
+        from embodied_rl.runtime import collective
+
+        if spec.name in self.collectives:
+            raise ValueError(f"{self.address} is already in a collective named {spec.name!r}")
+        self.collectives[spec.name] = collective.join(spec, rank)
+
+    def leave_collective(self, name: str) -> None:
+        """Leave collective ``name`` and close its connections (no-op when not a member)."""
+        group = self.collectives.pop(name, None)
+        if group is not None:
+            group.destroy()
 
 
 class WorkerGroup:
