@@ -116,6 +116,9 @@ class PlacementConfig:
     """Component(s) -> slots, e.g. {"env,rollout": "0-1", "actor": "0-1"}; empty: everything on every slot."""
     nodes: Dict[str, str] = field(default_factory=dict)
     """Component -> Ray node indices (alive nodes, the head first), e.g. {"env": "1", "actor": "0"}; empty: any."""
+    offload: str = "auto"
+    """When sampling and training share slots, move the idle side's weights and optimizer state off the device
+    between turns: 'auto' (do) or 'never' (keep them resident; the turns are still taken)."""
 
 
 @dataclass
@@ -196,6 +199,7 @@ def validate(config: TrainConfig) -> None:
              "null or > 0")
     _require(c.placement.slots is None or c.placement.slots >= 1, "placement.slots", c.placement.slots,
              "null or an integer >= 1")
+    _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
     resolve_placement(c)
     if c.env.obs_mode != "state" and c.policy.name == "mlp":
         raise ConfigError(f"env.obs_mode={c.env.obs_mode!r} needs an image policy; policy.name='mlp' takes "

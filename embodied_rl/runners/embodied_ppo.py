@@ -1,4 +1,8 @@
-"""PPO on simulator envs: sample through env and rollout workers, update on the actor, sync weights, repeat."""
+"""PPO on simulator envs: sample through env and rollout workers, update on the actor, sync weights, repeat.
+
+Sampling and updating are turns on the device slots (``runners/turns.py``): where they share slots, each phase
+holds the device lock for its turn and the idle side is offloaded.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,9 @@ import ray
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.schema import TrainConfig
 from embodied_rl.runners.setup import start_workers
+from embodied_rl.runners.turns import PhaseTurns
 from embodied_rl.runtime import Cluster
+from embodied_rl.runtime.device_lock import DeviceLock
 from embodied_rl.utils.checkpoint import Checkpoint, save_checkpoint
 from embodied_rl.utils.metrics_log import MetricsLog
 from embodied_rl.utils.progress import TrainingProgress
@@ -38,6 +44,7 @@ class EmbodiedPPORunner:
         self.iteration = 0
         self.env_steps = 0
         self.last_eval: dict = {}
+        self.turns: list = []  # the device lock's TurnRecords of the last run: who held which slots when
 
     def steps_per_iteration(self) -> int:
         c = self.config
@@ -50,48 +57,67 @@ class EmbodiedPPORunner:
                 self.iteration = int(self.resume.counters.get("iteration", 0))
                 self.env_steps = int(self.resume.counters.get("env_steps", 0))
             workers = start_workers(c, cluster, env_seed_offset=self.env_steps)
-            print(workers.placement.describe(), file=sys.stderr, flush=True)
-            if self.resume is not None:
-                ray.get(workers.actor.call("load_training_state", self.resume.weights, self.resume.trainer_state))
-            workers.sync_weights()
+            lock = DeviceLock.create(cluster.session_id)
+            turns = PhaseTurns(workers, lock, offload=c.placement.offload == "auto")
+            print(f"{workers.placement.describe()}; {turns.describe()}", file=sys.stderr, flush=True)
             log = MetricsLog(self.run_dir)
             progress = TrainingProgress(c.total_env_steps, c.task)
             try:
-                self._loop(workers, log, progress)
+                turns.start()
+                with turns.training("setup"):
+                    if self.resume is not None:
+                        ray.get(workers.actor.call("load_training_state", self.resume.weights,
+                                                   self.resume.trainer_state))
+                    turns.publish_weights()
+                self._loop(workers, turns, log, progress)
+                turns.close()
             finally:
+                self.turns = lock.turns()
+                lock.close()
                 progress.close()
                 log.close()
                 workers.shutdown()
         return self.last_eval
 
-    def _loop(self, workers, log: MetricsLog, progress: TrainingProgress) -> None:
+    def _loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
         c = self.config
         start_steps, start_time = self.env_steps, time.perf_counter()
         while self.env_steps < c.total_env_steps:
             t0 = time.perf_counter()
-            episodes = workers.sample(c.rollout.steps_per_iteration)
-            t1 = time.perf_counter()
-            metrics = ray.get(workers.actor.call("update", len(workers.env))[0])
-            t2 = time.perf_counter()
-            workers.sync_weights()
+            with turns.sampling("sample"):
+                t_sample = time.perf_counter()
+                episodes = workers.sample(c.rollout.steps_per_iteration)
+                t1 = time.perf_counter()
+            with turns.training("update"):
+                t_update = time.perf_counter()
+                metrics = ray.get(workers.actor.call("update", len(workers.env))[0])
+                t2 = time.perf_counter()
+                turns.publish_weights()
             t3 = time.perf_counter()
             self.iteration += 1
             self.env_steps += self.steps_per_iteration()
             metrics.update(episode_metrics(episodes, "train"))
-            metrics.update({"time/sample_s": t1 - t0, "time/update_wall_s": t2 - t1, "time/sync_s": t3 - t2,
-                            "time/sample_steps_per_s": self.steps_per_iteration() / (t1 - t0),
+            timings = turns.pop_timings()
+            metrics.update(timings)
+            metrics.update({"time/sample_s": t1 - t_sample, "time/update_wall_s": t2 - t_update,
+                            "time/sync_s": timings.get("time/sync_install_s", 0.0)
+                            + timings.get("time/sync_publish_s", 0.0),
+                            "time/turn_switch_s": (t3 - t0) - (t1 - t_sample) - (t2 - t_update),
+                            "time/sample_steps_per_s": self.steps_per_iteration() / (t1 - t_sample),
                             "time/steps_per_s": (self.env_steps - start_steps) / (t3 - start_time),
                             "train/iteration": self.iteration, "time/elapsed_s": t3 - start_time})
             finished = self.env_steps >= c.total_env_steps
             if finished or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
                 t4 = time.perf_counter()
-                self.last_eval = episode_metrics(workers.evaluate(c.eval.num_episodes), "eval")
+                with turns.sampling("evaluate"):
+                    self.last_eval = episode_metrics(workers.evaluate(c.eval.num_episodes), "eval")
                 self.last_eval["time/eval_s"] = time.perf_counter() - t4
                 metrics.update(self.last_eval)
             if finished or self.iteration % c.log_every_iterations == 0:
                 log.log(metrics, self.env_steps)
             if finished or (c.checkpoint.every_iterations and self.iteration % c.checkpoint.every_iterations == 0):
-                self.save(workers)
+                with turns.training("checkpoint"):
+                    self.save(workers)
             progress.update(self.env_steps, self.last_eval.get("eval/success_once"))
 
     def save(self, workers) -> Path:

@@ -47,8 +47,7 @@ class EmbodiedWorkers:
         return [episode for episodes in per_worker for episode in episodes]
 
     def stop_serving(self, serving: list) -> None:
-        for _ in range(len(self.rollout)):
-            self.channel.put(StopServing(), REQUESTS_KEY)
+        self.channel.put_to_every_reader(StopServing(), REQUESTS_KEY)  # by load, two could reach one worker
         ray.get(serving)
 
     def shutdown(self) -> None:
@@ -56,11 +55,17 @@ class EmbodiedWorkers:
             if group is not None:
                 group.kill()
 
+    def publish_weights(self):
+        """The actor's ``(weights, version)`` copied to the object store (host memory); returns its reference."""
+        return self.actor.call("get_weights")[0]
+
+    def install_weights(self, weights_ref) -> int:
+        """Load published weights into every rollout worker; returns their policy version."""
+        return ray.get(self.rollout.call("load_weights", weights_ref))[0]
+
     def sync_weights(self) -> int:
         """Broadcast the actor's weights to every rollout worker through the object store; returns the version."""
-        weights_ref = self.actor.call("get_weights")[0]
-        versions = ray.get(self.rollout.call("load_weights", weights_ref))
-        return versions[0]
+        return self.install_weights(self.publish_weights())
 
 
 def placement_on_cpu(config: TrainConfig) -> bool:

@@ -1,4 +1,8 @@
-"""Actor worker: gathers trajectories from the channel, computes GAE advantages and runs the PPO update."""
+"""Actor worker: gathers trajectories from the channel, computes GAE advantages and runs the PPO update.
+
+Between its turns on a shared device the actor is offloaded: weights, gradients and Adam state go to host memory
+(``offload``) and come back for the next update (``onload``). It refuses to train or load state while offloaded.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from embodied_rl.algorithms.advantages import gae
 from embodied_rl.algorithms.losses import policy_loss, value_loss
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
+from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import TRAJECTORIES_KEY, Trajectory
 
 
@@ -28,12 +33,29 @@ class ActorWorker(Worker):
         self.channel.subscribe(TRAJECTORIES_KEY)
         self.policy_version = 0
         self.generator = torch.Generator().manual_seed(seed + 1000 + self.rank)
+        self.offloader = Offloader([self.policy], [self.optimizer])
+
+    def offload(self) -> MoveReport:
+        """Move weights, gradients and optimizer state to host memory (a no-op for memory on CPU)."""
+        return self.offloader.offload()
+
+    def onload(self) -> MoveReport:
+        """Move them back to the device for the next update."""
+        return self.offloader.onload()
+
+    def _require_onloaded(self, action: str) -> None:
+        if self.offloader.offloaded:
+            raise RuntimeError(f"actor worker {self.address} cannot {action} while offloaded; call onload() first "
+                               "(in its turn on the device)")
 
     def get_weights(self) -> tuple[dict, int]:
-        return {k: v.detach().numpy().copy() for k, v in self.policy.state_dict().items()}, self.policy_version
+        """``(state_dict as numpy arrays, policy version)``; reads the host copy when offloaded."""
+        return ({k: v.detach().cpu().numpy().copy() for k, v in self.policy.state_dict().items()},
+                self.policy_version)
 
     def update(self, num_trajectories: int) -> dict:
         """Take ``num_trajectories`` trajectories from the channel and run one PPO update; returns metrics."""
+        self._require_onloaded("update")
         start = time.perf_counter()
         chunks: list[Trajectory] = []
         while len(chunks) < num_trajectories:
@@ -116,6 +138,8 @@ class ActorWorker(Worker):
         return {"weights": weights, "trainer_state": buffer.getvalue()}
 
     def load_training_state(self, weights: dict, trainer_state: bytes | None) -> int:
+        # Loading replaces optimizer state, which onload could then not find: load only while onloaded.
+        self._require_onloaded("load training state")
         self.policy.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
         if trainer_state is not None:
             state = torch.load(io.BytesIO(trainer_state), weights_only=False)

@@ -1,4 +1,8 @@
-"""Rollout worker: holds an inference copy of the policy and answers env workers' requests in batches."""
+"""Rollout worker: holds an inference copy of the policy and answers env workers' requests in batches.
+
+Between its turns on a shared device the weights are offloaded to host memory; weights loaded meanwhile go into
+the host copy and reach the device at ``onload``. It refuses to serve while offloaded.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import torch
 
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
+from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import REQUESTS_KEY, PolicyRequest, PolicyResponse, StopServing, responses_key
 
 
@@ -25,6 +30,15 @@ class RolloutWorker(Worker):
         self.channel.subscribe(REQUESTS_KEY)
         self.requests_served = 0
         self.forward_passes = 0
+        self.offloader = Offloader([self.policy])
+
+    def offload(self) -> MoveReport:
+        """Move the weights to host memory (a no-op for memory on CPU)."""
+        return self.offloader.offload()
+
+    def onload(self) -> MoveReport:
+        """Move the weights back to the device for the next sampling turn."""
+        return self.offloader.onload()
 
     def load_weights(self, weights_and_version: tuple[dict, int]) -> int:
         """Install ``(state_dict of numpy arrays, policy version)``; returns the version."""
@@ -35,6 +49,9 @@ class RolloutWorker(Worker):
 
     def serve(self) -> dict:
         """Answer requests until a ``StopServing`` arrives; returns counters."""
+        if self.offloader.offloaded:
+            raise RuntimeError(f"rollout worker {self.address} cannot serve while offloaded; call onload() first "
+                               "(in its turn on the device)")
         stop = False
         while not stop:
             requests = []
