@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     env_bench = benches.add_parser("env", help="runtime env loop vs ManiSkill's plain AsyncVectorEnv loop")
     _add_loop_arguments(env_bench, env_workers=4, envs_per_worker=1, steps=400)
     placement_bench = benches.add_parser("placement", help="sampling throughput of the placement modes")
-    _add_loop_arguments(placement_bench, env_workers=1, envs_per_worker=8, steps=100)
+    _add_loop_arguments(placement_bench, env_workers=1, envs_per_worker=16, steps=60)
     channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
     channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")

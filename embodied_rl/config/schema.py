@@ -7,7 +7,7 @@ Defaults follow ManiSkill's published PPO baseline where it applies; per-task re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from embodied_rl.config.errors import ConfigError
 
@@ -50,6 +50,8 @@ class PolicyConfig:
     """Widths of the actor and critic hidden layers."""
     init_log_std: float = -0.5
     """Initial log standard deviation of the Gaussian actions."""
+    options: Dict[str, Any] = field(default_factory=dict)
+    """Further keyword arguments of the registered policy, e.g. {token_size: 2, num_layers: 2} for 'transformer'."""
 
 
 @dataclass
@@ -201,9 +203,21 @@ def validate(config: TrainConfig) -> None:
              "null or an integer >= 1")
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
     resolve_placement(c)
+    _validate_policy(c)
     if c.env.obs_mode != "state" and c.policy.name == "mlp":
         raise ConfigError(f"env.obs_mode={c.env.obs_mode!r} needs an image policy; policy.name='mlp' takes "
                           "obs_mode='state'")
+
+
+def _validate_policy(c: TrainConfig) -> None:
+    from embodied_rl.models import POLICIES
+    from embodied_rl.models.registry import policy_options
+
+    _require(c.policy.name in POLICIES.names(), "policy.name", c.policy.name, ", ".join(POLICIES.names()))
+    allowed = policy_options(c.policy.name)
+    for option in c.policy.options:
+        _require(option in allowed, f"policy.options.{option}", c.policy.options[option],
+                 f"options of policy {c.policy.name!r}: {', '.join(allowed) or 'none'}")
 
 
 def resolve_placement(config: TrainConfig):

@@ -9,3 +9,12 @@ POLICIES = Registry("policy")
 
 def build_policy(name: str, obs_dim: int, action_dim: int, **options):
     return POLICIES.get(name)(obs_dim=obs_dim, action_dim=action_dim, **options)
+
+
+def policy_options(name: str) -> list[str]:
+    """Keyword options policy ``name`` takes beyond those every policy gets (obs/action dims, widths, log std)."""
+    import inspect
+
+    common = {"self", "obs_dim", "action_dim", "hidden_sizes", "init_log_std"}
+    parameters = inspect.signature(POLICIES.get(name).__init__).parameters
+    return [p for p in parameters if p not in common and parameters[p].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]

@@ -110,7 +110,8 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
                                        env.workers[0].action_shape.remote()])
     policy_spec = dict(name=config.policy.name, obs_dim=int(obs_shape[0]), action_dim=int(action_shape[0]),
-                       hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std)
+                       hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std,
+                       **dict(config.policy.options))
     rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
                           policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
                           node_ids=node_ids_for(config, "rollout"))

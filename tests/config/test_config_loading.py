@@ -27,6 +27,11 @@ def test_user_yaml_file_is_merged(tmp_path):
     (["env.obs_mode=depth"], "env.obs_mode='depth'"),
     (["nokey"], "must look like key=value"),
     (["algorithm.num_minibatches=100000"], "algorithm.num_minibatches"),
+    (["policy.name=nope"], "policy.name='nope' is out of range; allowed: mlp, transformer"),
+    (["policy.name=transformer", "policy.options.depth=3"],
+     "policy.options.depth=3 is out of range; allowed: options of policy 'transformer': token_size"),
+    (["policy.options.token_size=2"], "allowed: options of policy 'mlp': none"),
+    (["placement.offload=sometimes"], "placement.offload='sometimes' is out of range; allowed: auto, never"),
 ])
 def test_bad_values_raise_one_line_naming_the_key(overrides, message):
     with pytest.raises(ConfigError) as error:
@@ -44,3 +49,9 @@ def test_unknown_task_and_missing_or_broken_files(tmp_path):
     broken.write_text("algorithm: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_train_config("maniskill_pushcube", str(broken), [])
+
+
+def test_policy_options_are_loaded_from_overrides():
+    config = load_train_config("maniskill_pickcube", None, ["policy.name=transformer", "policy.options.token_size=2",
+                                                            "policy.options.num_layers=1"])
+    assert config.policy.options == {"token_size": 2, "num_layers": 1}
