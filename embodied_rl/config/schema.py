@@ -40,6 +40,10 @@ class RolloutConfig:
     """Rollout (inference) worker processes."""
     steps_per_iteration: int = 50
     """Env steps per env per iteration (the PPO horizon T)."""
+    weight_sync: str = "auto"
+    """How new weights reach the rollout workers: 'broadcast' (a collective group of the actor and the rollout
+    workers: NCCL between GPUs, gloo on CPU), 'object_store' (through Ray's object store in host memory, between
+    turns), or 'auto' (broadcast unless sampling and training share slots and take turns)."""
 
 
 @dataclass
@@ -201,6 +205,8 @@ def validate(config: TrainConfig) -> None:
              "null or > 0")
     _require(c.placement.slots is None or c.placement.slots >= 1, "placement.slots", c.placement.slots,
              "null or an integer >= 1")
+    _require(c.rollout.weight_sync in ("auto", "broadcast", "object_store"), "rollout.weight_sync",
+             c.rollout.weight_sync, "auto, broadcast, object_store")
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
     resolve_placement(c)
     _validate_policy(c)

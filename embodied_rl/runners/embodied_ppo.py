@@ -58,7 +58,7 @@ class EmbodiedPPORunner:
                 self.env_steps = int(self.resume.counters.get("env_steps", 0))
             workers = start_workers(c, cluster, env_seed_offset=self.env_steps)
             lock = DeviceLock.create(cluster.session_id)
-            turns = PhaseTurns(workers, lock, offload=c.placement.offload == "auto")
+            turns = PhaseTurns(workers, lock, offload=c.placement.offload == "auto", weight_sync=c.rollout.weight_sync)
             print(f"{workers.placement.describe()}; {turns.describe()}", file=sys.stderr, flush=True)
             log = MetricsLog(self.run_dir)
             progress = TrainingProgress(c.total_env_steps, c.task)
@@ -101,7 +101,7 @@ class EmbodiedPPORunner:
             metrics.update(timings)
             metrics.update({"time/sample_s": t1 - t_sample, "time/update_wall_s": t2 - t_update,
                             "time/sync_s": timings.get("time/sync_install_s", 0.0)
-                            + timings.get("time/sync_publish_s", 0.0),
+                            + timings.get("time/sync_publish_s", 0.0) + timings.get("time/sync_broadcast_s", 0.0),
                             "time/turn_switch_s": (t3 - t0) - (t1 - t_sample) - (t2 - t_update),
                             "time/sample_steps_per_s": self.steps_per_iteration() / (t1 - t_sample),
                             "time/steps_per_s": (self.env_steps - start_steps) / (t3 - start_time),

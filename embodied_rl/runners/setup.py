@@ -14,6 +14,9 @@ from embodied_rl.workers.messages import REQUESTS_KEY, StopServing
 from embodied_rl.workers.rollout_worker import RolloutWorker
 
 
+WEIGHTS_COLLECTIVE = "weights"
+
+
 def env_options(config: TrainConfig) -> dict:
     e = config.env
     return dict(obs_mode=e.obs_mode, control_mode=e.control_mode, reward_mode=e.reward_mode,
@@ -54,6 +57,25 @@ class EmbodiedWorkers:
         for group in (self.env, self.rollout, self.actor):
             if group is not None:
                 group.kill()
+
+    def form_weight_broadcast(self) -> str:
+        """Make the actor (rank 0) and the rollout workers one collective group for weight broadcasts: NCCL when
+        the actor's policy is on a GPU, gloo otherwise. Returns the group's name."""
+        from embodied_rl.runtime.collective import form_collective
+
+        device = ray.get(self.actor.workers[0].device.remote())
+        form_collective(WEIGHTS_COLLECTIVE, [self.actor.workers[0], *self.rollout.workers],
+                        backend="nccl" if device.startswith("cuda") else "gloo")
+        return WEIGHTS_COLLECTIVE
+
+    def broadcast_weights(self) -> int:
+        """Actor -> every rollout worker through the collective group; returns the version they installed."""
+        sent = self.actor.call("broadcast_weights", WEIGHTS_COLLECTIVE)
+        received = self.rollout.call("receive_weights", WEIGHTS_COLLECTIVE)
+        versions = ray.get(sent + received)
+        if len(set(versions)) != 1:
+            raise RuntimeError(f"weight broadcast left mixed policy versions {versions}")
+        return versions[0]
 
     def publish_weights(self):
         """The actor's ``(weights, version)`` copied to the object store (host memory); returns its reference."""

@@ -36,7 +36,8 @@ the loop itself never waits for a turn it did not just end)."""
 class PhaseTurns:
     """Turn taking for ``workers`` (an ``EmbodiedWorkers`` with an actor) on ``lock``; see the module docstring."""
 
-    def __init__(self, workers, lock: DeviceLock, offload: bool = True, timeout_s: float = TURN_TIMEOUT_S):
+    def __init__(self, workers, lock: DeviceLock, offload: bool = True, timeout_s: float = TURN_TIMEOUT_S,
+                 weight_sync: str = "auto"):
         slots = workers.placement.slots
         self.workers = workers
         self.lock = lock
@@ -44,6 +45,9 @@ class PhaseTurns:
         self.training_slots = tuple(slots["actor"])
         self.shared = bool(set(self.sampling_slots) & set(self.training_slots))
         self.offload = offload and self.shared
+        # Phases that share slots are never both on the device, so weights cross through host memory between
+        # turns; phases on their own slots are both live, so the actor broadcasts straight to the rollout workers.
+        self.broadcast = weight_sync == "broadcast" or (weight_sync == "auto" and not self.shared)
         self.timeout_s = timeout_s
         self.timings: dict[str, float] = {}
         self._published = None  # reference to the newest (weights, version) in the object store
@@ -51,6 +55,10 @@ class PhaseTurns:
         self._whole_run: list[tuple[tuple, str]] = []
 
     def describe(self) -> str:
+        sync = "weights by collective broadcast" if self.broadcast else "weights through the object store"
+        return f"{self._describe_turns()}; {sync}"
+
+    def _describe_turns(self) -> str:
         if not self.shared:
             return "sampling and training run on their own slots"
         moved = "the idle side is offloaded" if self.offload else "nothing is offloaded (placement.offload=never)"
@@ -58,6 +66,8 @@ class PhaseTurns:
 
     def start(self) -> None:
         """Before the first turn: offload everything that takes turns, or give disjoint phases their slots."""
+        if self.broadcast:
+            self.workers.form_weight_broadcast()
         if not self.shared:
             for slots, holder in ((self.sampling_slots, "sample"), (self.training_slots, "update")):
                 self.lock.acquire(slots, holder, self.timeout_s)
@@ -86,8 +96,13 @@ class PhaseTurns:
             yield
 
     def publish_weights(self) -> None:
-        """In a training turn: copy the actor's weights to the object store for the next sampling turn."""
+        """In a training turn: broadcast the actor's weights to the rollout workers, or copy them to the object
+        store for the next sampling turn."""
         start = time.perf_counter()
+        if self.broadcast:
+            self.workers.broadcast_weights()
+            self._add("time/sync_broadcast_s", time.perf_counter() - start)
+            return
         self._published = self.workers.publish_weights()
         ray.wait([self._published], fetch_local=False)  # published (in host memory) before the actor offloads
         self._add("time/sync_publish_s", time.perf_counter() - start)

@@ -17,7 +17,7 @@ from embodied_rl.algorithms.losses import policy_loss, value_loss
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
-from embodied_rl.workers.messages import TRAJECTORIES_KEY, Trajectory
+from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
 
 
 class ActorWorker(Worker):
@@ -52,6 +52,16 @@ class ActorWorker(Worker):
         """``(state_dict as numpy arrays, policy version)``; reads the host copy when offloaded."""
         return ({k: v.detach().cpu().numpy().copy() for k, v in self.policy.state_dict().items()},
                 self.policy_version)
+
+    def device(self) -> str:
+        return str(next(self.policy.parameters()).device)
+
+    def broadcast_weights(self, collective: str) -> int:
+        """As rank 0 of ``collective``: send the weights and the policy version to every other rank."""
+        state = {k: v.detach() for k, v in self.policy.state_dict().items()}
+        state[POLICY_VERSION_KEY] = torch.tensor(self.policy_version, dtype=torch.int64)
+        self.collectives[collective].broadcast_state_dict(state, src=0)
+        return self.policy_version
 
     def update(self, num_trajectories: int) -> dict:
         """Take ``num_trajectories`` trajectories from the channel and run one PPO update; returns metrics."""

@@ -8,6 +8,7 @@ import numpy as np
 
 REQUESTS_KEY = "requests"
 TRAJECTORIES_KEY = "trajectories"
+POLICY_VERSION_KEY = "__policy_version__"  # rides with the weights in a broadcast state dict
 
 
 def responses_key(env_rank: int, stage: int = 0) -> str:

@@ -12,7 +12,8 @@ import torch
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
-from embodied_rl.workers.messages import REQUESTS_KEY, PolicyRequest, PolicyResponse, StopServing, responses_key
+from embodied_rl.workers.messages import (POLICY_VERSION_KEY, REQUESTS_KEY, PolicyRequest, PolicyResponse,
+                                          StopServing, responses_key)
 
 
 class RolloutWorker(Worker):
@@ -46,6 +47,18 @@ class RolloutWorker(Worker):
         self.policy.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state_dict.items()})
         self.policy_version = version
         return version
+
+    def get_weights(self) -> tuple[dict, int]:
+        """``(state_dict as numpy arrays, policy version)`` of the inference copy."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.policy.state_dict().items()}, self.policy_version
+
+    def receive_weights(self, collective: str) -> int:
+        """Receive the weights broadcast by rank 0 of ``collective`` into the policy in place; returns the version."""
+        template = dict(self.policy.state_dict())
+        template[POLICY_VERSION_KEY] = torch.zeros((), dtype=torch.int64)
+        received = self.collectives[collective].broadcast_state_dict(template, src=0)
+        self.policy_version = int(received[POLICY_VERSION_KEY])
+        return self.policy_version
 
     def serve(self) -> dict:
         """Answer requests until a ``StopServing`` arrives; returns counters."""

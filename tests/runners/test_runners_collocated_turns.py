@@ -35,6 +35,7 @@ def test_collocated_run_takes_turns_in_order_and_offloads_the_idle_side(cluster,
     assert len(rows) == 3 and all(r["train/policy_staleness"] == 0 for r in rows)
     for row in rows:
         assert row["time/onload_s"] > 0 and row["time/offload_s"] > 0 and row["time/turn_lock_s"] > 0
+        assert row["time/sync_install_s"] > 0 and "time/sync_broadcast_s" not in row  # host memory between turns
     switch_ms = [1000 * r["time/turn_switch_s"] for r in rows]
     print(f"turn switch cost per iteration (2 switches, lock + onload/offload + weight sync): "
           f"{', '.join(f'{ms:.1f}' for ms in switch_ms)} ms")
@@ -47,6 +48,7 @@ def test_disjoint_phases_hold_their_own_slots_for_the_whole_run_and_offload_noth
     assert sample.acquired_at < update.released_at and update.acquired_at < sample.released_at  # at once
     assert not any(key in row for row in rows for key in ("time/onload_s", "time/offload_s", "time/turn_lock_s"))
     assert all(r["train/policy_staleness"] == 0 for r in rows)
+    assert all(r["time/sync_broadcast_s"] > 0 and "time/sync_install_s" not in r for r in rows)  # both live
 
 
 def test_offload_setting_is_validated_in_one_line():
