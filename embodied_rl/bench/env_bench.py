@@ -61,17 +61,36 @@ class RuntimeLoop:
         self.workers = start_workers(config, cluster, with_actor=False, cluster_share=cluster_share)
         self.workers.channel.subscribe(TRAJECTORIES_KEY)  # the driver reads trajectories, as the actor would
         self.num_envs = config.env.num_workers * config.env.envs_per_worker
+        self.last_breakdown: dict = {}  # where the time of the last measurement went (see _time_shares)
 
     def measure(self, steps: int) -> float:
         from embodied_rl.workers.messages import TRAJECTORIES_KEY
 
+        import ray
+
         channel = self.workers.channel
+        ray.get(self.workers.env.call("pop_seconds"))
         start = time.perf_counter()
         self.workers.sample(steps)
         received = 0
         while received < len(self.workers.env):  # trajectories go to a reader, as in training
             received += len(channel.get_batch(TRAJECTORIES_KEY))
-        return steps * self.num_envs / (time.perf_counter() - start)
+        wall = time.perf_counter() - start
+        self.last_breakdown = _time_shares(ray.get(self.workers.env.call("pop_seconds")),
+                                           self.workers.last_serving or [], wall)
+        return steps * self.num_envs / wall
+
+
+def _time_shares(env_seconds: list[dict], rollout_counters: list[dict], wall: float) -> dict:
+    """Mean share of the wall time each env worker spent simulating / waiting for actions, and each rollout
+    worker spent inferring / waiting for requests (the rest: recording trajectories, messages, scheduling)."""
+    def share(rows: list[dict], key: str) -> float:
+        return round(float(np.mean([row[key] for row in rows])) / wall, 3) if rows else 0.0
+
+    return {"env_simulating": share(env_seconds, "simulating_s"),
+            "env_waiting_for_actions": share(env_seconds, "waiting_for_actions_s"),
+            "rollout_inferring": share(rollout_counters, "inferring_s"),
+            "rollout_waiting_for_requests": share(rollout_counters, "waiting_s")}
 
 
 def run_env_bench(task: str, env_workers: int, envs_per_worker: int, steps: int, repeats: int,

@@ -4,7 +4,9 @@ placements, with the same processes (env workers + one rollout worker), for two 
 * ``mlp``: the state MLP, cheap next to a simulator step;
 * ``transformer``: a small transformer whose inference on a batch costs about as much as stepping it.
 
-All modes are measured alternately in one run on one local cluster.
+All modes are measured alternately in one run on one local cluster. ``time_shares`` says where the time went:
+the share of the wall time the env worker spent simulating and waiting for actions, and the rollout worker spent
+inferring and waiting for requests.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
         raise ConfigError("--envs-per-worker must be >= 2: the hybrid mode splits them into 2 pipeline stages")
     base = [f"env.num_workers={env_workers}", f"env.envs_per_worker={envs_per_worker}", "rollout.num_workers=1"]
     rates: dict = {policy: {mode: [] for mode in MODES} for policy in POLICIES}
+    shares: dict = {policy: {mode: [] for mode in MODES} for policy in POLICIES}
     with Cluster(num_cpus=2) as cluster:
         for policy, policy_overrides in POLICIES.items():
             # All modes stay alive so they can be measured alternately; each holds a share of the CPU slots.
@@ -57,6 +60,7 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
             for _ in range(repeats):
                 for mode, loop in loops.items():
                     rates[policy][mode].append(loop.measure(steps))
+                    shares[policy][mode].append(loop.last_breakdown)
             for loop in loops.values():
                 loop.workers.shutdown()
     result: dict = {"task": task, "env_processes": env_workers, "envs_per_process": envs_per_worker,
@@ -69,6 +73,8 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
             "hybrid_over_disaggregated": round(median["hybrid_pipelined"] / median["disaggregated"], 3),
             "hybrid_over_best_other": round(median["hybrid_pipelined"] / best_other, 3),
             "collocated_over_disaggregated": round(median["collocated"] / median["disaggregated"], 3),
+            "time_shares": {mode: {key: round(float(np.median([row[key] for row in rows])), 3) for key in rows[0]}
+                            for mode, rows in shares[policy].items()},
         }
     print(json.dumps(result) if as_json else json.dumps(result, indent=2))
     return 0

@@ -32,6 +32,7 @@ class EmbodiedWorkers:
     actor: WorkerGroup | None
     policy_spec: dict
     placement: object
+    last_serving: list | None = None  # each rollout worker's counters from its last ``serve``
 
     def sample(self, num_steps: int) -> list[dict]:
         """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes."""
@@ -51,7 +52,7 @@ class EmbodiedWorkers:
 
     def stop_serving(self, serving: list) -> None:
         self.channel.put_to_every_reader(StopServing(), REQUESTS_KEY)  # by load, two could reach one worker
-        ray.get(serving)
+        self.last_serving = ray.get(serving)
 
     def shutdown(self) -> None:
         for group in (self.env, self.rollout, self.actor):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 import sim_envs
@@ -35,6 +37,7 @@ class EnvWorker(Worker):
                        for n, o in zip(sizes, offsets)]
         self.stage_obs = [env.reset() for env in self.stages]
         self.eval_env = None
+        self.seconds = {"simulating_s": 0.0, "waiting_for_actions_s": 0.0}  # see pop_seconds
         self.eval_seed = 10_000_000 + first
         for stage in range(len(self.stages)):
             self.channel.subscribe(responses_key(self.rank, stage))
@@ -53,7 +56,15 @@ class EnvWorker(Worker):
                          REQUESTS_KEY)
 
     def _response(self, stage: int):
-        return self.channel.get(responses_key(self.rank, stage))
+        start = time.perf_counter()
+        response = self.channel.get(responses_key(self.rank, stage))
+        self.seconds["waiting_for_actions_s"] += time.perf_counter() - start
+        return response
+
+    def pop_seconds(self) -> dict:
+        """Seconds spent stepping simulators and waiting for actions since the last call."""
+        seconds, self.seconds = self.seconds, dict.fromkeys(self.seconds, 0.0)
+        return seconds
 
     def interact(self, num_steps: int) -> list[dict]:
         """Run ``num_steps`` steps, put a ``Trajectory`` on the channel, return stats of finished episodes."""
@@ -74,7 +85,9 @@ class EnvWorker(Worker):
                     buffers[s].next_value[:] = response.values
                     continue
                 buffers[s].record_policy(t, self.stage_obs[s], response)
+                start = time.perf_counter()
                 batch = self.stages[s].step(response.actions)
+                self.seconds["simulating_s"] += time.perf_counter() - start
                 buffers[s].record_step(t, batch)
                 episodes.extend(_finished_episodes(batch))
                 ended = np.flatnonzero(batch.truncated | batch.terminated)

@@ -6,6 +6,8 @@ the host copy and reach the device at ``onload``. It refuses to serve while offl
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -61,21 +63,28 @@ class RolloutWorker(Worker):
         return self.policy_version
 
     def serve(self) -> dict:
-        """Answer requests until a ``StopServing`` arrives; returns counters."""
+        """Answer requests until a ``StopServing`` arrives; returns counters, with the seconds spent waiting for
+        requests (``waiting_s``) and answering them (``inferring_s``: forward passes and sending the answers)."""
         if self.offloader.offloaded:
             raise RuntimeError(f"rollout worker {self.address} cannot serve while offloaded; call onload() first "
                                "(in its turn on the device)")
         stop = False
+        waiting = inferring = 0.0
         while not stop:
             requests = []
+            start = time.perf_counter()
             for item in self.channel.get_batch(REQUESTS_KEY):
                 if isinstance(item, StopServing):
                     stop = True
                 else:
                     requests.append(item)
+            received = time.perf_counter()
             if requests:
                 self._answer(requests)
-        return dict(requests=self.requests_served, forward_passes=self.forward_passes)
+            waiting += received - start
+            inferring += time.perf_counter() - received
+        return dict(requests=self.requests_served, forward_passes=self.forward_passes, waiting_s=waiting,
+                    inferring_s=inferring)
 
     def _answer(self, requests: list[PolicyRequest]) -> None:
         for deterministic in (False, True):
