@@ -134,7 +134,7 @@ def run_channel_bench(as_json: bool, repeats: int = 2) -> int:
                 ray.get(ponging)
             results["sizes"][label] = {
                 "messages": count,
-                "bandwidth_GBps": {k: round(v, 3) for k, v in bandwidth.items()},
+                "bandwidth_GBps": {k: float(f"{v:.4g}") for k, v in bandwidth.items()},
                 "one_way_latency_ms": {k: round(v * 1e3, 3) for k, v in latency.items()},
                 "shared_memory_over_in_process_copy": round(bandwidth["shared_memory"] / bandwidth["in_process_copy"], 3),
                 "shared_memory_over_ray_object_store": round(bandwidth["shared_memory"] / bandwidth["ray_object_store"], 3),

@@ -1,0 +1,46 @@
+import json
+
+import pytest
+
+from conftest import run_cli
+
+
+def _one_json_line(result) -> dict:
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    return json.loads(lines[0])
+
+
+@pytest.mark.slow
+def test_bench_placement_reports_every_mode_for_both_policies_with_ratios_and_time_shares(tmp_path):
+    report = _one_json_line(run_cli("bench", "placement", "--task", "maniskill_pushcube", "--envs-per-worker", "2",
+                                    "--steps", "4", "--repeats", "1", "--json", cwd=tmp_path))
+    assert set(report["policies"]) == {"mlp", "transformer"}
+    for row in report["policies"].values():
+        rates = row["env_steps_per_s"]
+        assert set(rates) == {"collocated", "disaggregated", "hybrid_pipelined"} and min(rates.values()) > 0
+        assert row["hybrid_over_disaggregated"] == pytest.approx(
+            rates["hybrid_pipelined"] / rates["disaggregated"], rel=1e-2)
+        for shares in row["time_shares"].values():
+            assert 0 < shares["env_simulating"] < 1 and 0 < shares["rollout_inferring"] < 1
+            assert shares["env_simulating"] + shares["env_waiting_for_actions"] <= 1.0 + 1e-3
+
+
+def test_bench_placement_rejects_a_single_env_per_process(tmp_path):
+    result = run_cli("bench", "placement", "--task", "maniskill_pushcube", "--envs-per-worker", "1", cwd=tmp_path)
+    assert result.returncode == 2 and "--envs-per-worker must be >= 2" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_bench_channel_measures_every_transport_against_copy_and_ray(tmp_path):
+    report = _one_json_line(run_cli("bench", "channel", "--repeats", "1", "--json", cwd=tmp_path))
+    assert set(report["sizes"]) == {"1KB", "1MB", "100MB"}
+    for row in report["sizes"].values():
+        bandwidth = row["bandwidth_GBps"]
+        assert set(bandwidth) == {"in_process_copy", "socket", "shared_memory", "shared_memory_by_reference",
+                                  "ray_object_store"}
+        assert min(bandwidth.values()) > 0 and min(row["one_way_latency_ms"].values()) > 0
+        assert row["shared_memory_over_ray_object_store"] == pytest.approx(
+            bandwidth["shared_memory"] / bandwidth["ray_object_store"], rel=2e-2)
