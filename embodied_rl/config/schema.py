@@ -226,20 +226,31 @@ def _validate_policy(c: TrainConfig) -> None:
                  f"options of policy {c.policy.name!r}: {', '.join(allowed) or 'none'}")
 
 
+def slots_are_gpus(config: TrainConfig) -> bool:
+    """A placement slot is a GPU when envs may use one (backend gpu, or auto where CUDA exists), else a CPU core."""
+    if config.env.backend == "cpu":
+        return False
+    import torch
+
+    return config.env.backend == "gpu" or torch.cuda.is_available()
+
+
 def resolve_placement(config: TrainConfig):
     """The run's ``Placement`` (mode derived from the map); bad maps raise ConfigError naming the component."""
     import os
 
     from embodied_rl.runtime.placement import PlacementError, build_placement
 
-    cores = os.cpu_count() or 1
-    slots = config.placement.slots or cores
-    if slots > cores and config.env.backend != "gpu":
+    if slots_are_gpus(config):
         import torch
 
-        if not torch.cuda.is_available():
-            raise ConfigError(f"placement.slots={slots} is out of range; on this CPU-only machine a slot is a core "
-                              f"and there are {cores}")
+        kind, available = "GPU", max(torch.cuda.device_count(), 1)
+    else:
+        kind, available = "core", os.cpu_count() or 1
+    slots = config.placement.slots or available
+    if slots > available:
+        raise ConfigError(f"placement.slots={slots} is out of range; on this machine a slot is a {kind} and there "
+                          f"are {available}")
     components = dict(config.placement.components) or {"env,rollout,actor": f"0-{slots - 1}"}
     try:
         return build_placement(components, slots, config.env.pipeline_stages)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import ray
 
-from embodied_rl.config.schema import TrainConfig, resolve_placement
+from embodied_rl.config.schema import TrainConfig, resolve_placement, slots_are_gpus
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.env_worker import EnvWorker
@@ -91,13 +91,6 @@ class EmbodiedWorkers:
         return self.install_weights(self.publish_weights())
 
 
-def placement_on_cpu(config: TrainConfig) -> bool:
-    """Slots are CPU cores unless envs run on the GPU backend."""
-    import torch
-
-    return config.env.backend == "cpu" or (config.env.backend == "auto" and not torch.cuda.is_available())
-
-
 def node_ids_for(config: TrainConfig, component: str) -> list[str] | None:
     """Ray node ids a component is pinned to by ``placement.nodes`` (None: anywhere)."""
     from embodied_rl.config import ConfigError
@@ -124,11 +117,13 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     num_workers = config.env.num_workers + config.rollout.num_workers + int(with_actor)
     cpus = max(cluster.total_cpus() * cluster_share / num_workers, 0.01)
     placement = resolve_placement(config)
-    cores = lambda component: placement.slots[component] if placement_on_cpu(config) else None  # noqa: E731
+    on_cpu = not slots_are_gpus(config)
+    cores = lambda component: placement.slots[component] if on_cpu else None  # noqa: E731
+    gpus = lambda component: None if on_cpu else placement.slots[component]  # noqa: E731
     env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=config.task,
                       envs_per_worker=config.env.envs_per_worker, env_options=env_options(config),
                       channel=channel, seed=config.seed + env_seed_offset,
-                      pipeline_stages=config.env.pipeline_stages, cpu_slots=cores("env"),
+                      pipeline_stages=config.env.pipeline_stages, cpu_slots=cores("env"), gpu_slots=gpus("env"),
                       node_ids=node_ids_for(config, "env"))
     obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
                                        env.workers[0].action_shape.remote()])
@@ -137,10 +132,11 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
                        **dict(config.policy.options))
     rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
                           policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
-                          node_ids=node_ids_for(config, "rollout"))
+                          gpu_slots=gpus("rollout"), node_ids=node_ids_for(config, "rollout"))
     actor = None
     if with_actor:
         actor = WorkerGroup(ActorWorker, "actor", 1, cpus_per_worker=cpus, policy=policy_spec,
                             ppo=vars(config.algorithm).copy(), channel=channel, seed=config.seed,
-                            torch_threads=2, cpu_slots=cores("actor"), node_ids=node_ids_for(config, "actor"))
+                            torch_threads=2, cpu_slots=cores("actor"), gpu_slots=gpus("actor"),
+                            node_ids=node_ids_for(config, "actor"))
     return EmbodiedWorkers(channel, env, rollout, actor, policy_spec, placement)

@@ -41,6 +41,9 @@ class Cluster:
         os.environ.setdefault("RAY_DEDUP_LOGS", "1")
         # Worker processes must not oversubscribe the few cores with intra-op threads.
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+        # Workers choose their GPUs from the placement (Worker's gpu_slots); Ray must not hide them from workers
+        # that asked Ray for no GPUs.
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
         if ray.is_initialized():
             self._owns_ray = False
         elif self.address:

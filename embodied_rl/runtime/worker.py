@@ -21,9 +21,12 @@ class Worker:
     """Base class of every process-level role. Subclasses take their own keyword arguments after these."""
 
     def __init__(self, group: str, rank: int, world_size: int, torch_threads: int = 1,
-                 cpu_slots: tuple[int, ...] | None = None):
+                 cpu_slots: tuple[int, ...] | None = None, gpu_slots: tuple[int, ...] | None = None):
         import os
 
+        if gpu_slots:
+            # A GPU slot is a GPU of the node: this process sees only its own (set before CUDA initializes).
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(gpu_slots, os.environ.get("CUDA_VISIBLE_DEVICES"))
         import torch
 
         if cpu_slots and hasattr(os, "sched_setaffinity"):
@@ -73,6 +76,17 @@ class Worker:
         group = self.collectives.pop(name, None)
         if group is not None:
             group.destroy()
+
+
+def visible_devices(gpu_slots: tuple[int, ...], node_visible: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a process on ``gpu_slots``: slot i is the i-th GPU the node lets us use."""
+    if not node_visible:
+        return ",".join(str(slot) for slot in gpu_slots)
+    node_devices = [d.strip() for d in node_visible.split(",") if d.strip()]
+    missing = [slot for slot in gpu_slots if slot >= len(node_devices)]
+    if missing:
+        raise ValueError(f"GPU slots {missing} are out of range: this node exposes CUDA_VISIBLE_DEVICES={node_visible!r}")
+    return ",".join(node_devices[slot] for slot in gpu_slots)
 
 
 class WorkerGroup:

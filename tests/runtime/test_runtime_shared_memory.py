@@ -128,3 +128,16 @@ def test_cuda_tensors_on_one_node_travel_as_ipc_handles(ends):
     assert [d[0] for d in remote_descriptors] == ["pooled"]  # another node: host bytes
     rebuilt = pickle.loads(remote_payload, buffers=[Decoder().segments.buffer(d) for d in remote_descriptors])
     assert rebuilt.is_cuda and torch.equal(rebuilt, tensor)
+
+
+def test_resending_a_received_array_does_not_keep_its_segment_busy(ends):
+    encoder, decoder, _ = ends
+    forwarder = Encoder(encoder.segment_prefix + "fwd-")
+    try:
+        payload, (descriptor,) = encoder.encode(np.ones(50_000, np.float32), "r", 1024, True)
+        received = decoder.decode(payload, [descriptor])
+        forwarder.encode(received, "next", 1024, True)  # forwarded, as a relay would
+        del received  # no garbage collection: freeing must not wait for the cyclic collector
+        assert encoder._pools["r"].segments[0].free
+    finally:
+        forwarder.close()

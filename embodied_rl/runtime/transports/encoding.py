@@ -10,6 +10,7 @@ memory and rebuilt on the receiver's GPU if it has one.
 from __future__ import annotations
 
 import copyreg
+import functools
 import io
 import pickle
 import sys
@@ -41,29 +42,34 @@ def _numpy_viewable(tensor):
         return tensor.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]).numpy()
 
 
+def _reduce_tensor(tensor, same_node: bool):
+    dtype_name = str(tensor.dtype).removeprefix("torch.")
+    if tensor.is_cuda:
+        if same_node:
+            return cuda_ipc.reduce_cuda_tensor(tensor)
+        return _tensor_from_numpy, (_numpy_viewable(tensor.cpu()), dtype_name, "cuda")
+    return _tensor_from_numpy, (_numpy_viewable(tensor), dtype_name, "cpu")
+
+
 class _MessagePickler(pickle.Pickler):
     def __init__(self, file, buffer_callback, same_node: bool):
         super().__init__(file, protocol=5, buffer_callback=buffer_callback)
-        self.same_node = same_node
         if "torch" in sys.modules:  # never import torch just to send plain numpy messages
             import torch
 
+            # A partial, not a bound method: a pickler in a reference cycle would keep its memo, and with it the
+            # arrays it pickled (and their shared-memory segments), alive until the cyclic garbage collector runs.
+            reduce = functools.partial(_reduce_tensor, same_node=same_node)
             table = copyreg.dispatch_table.copy()
-            table[torch.Tensor] = table[torch.nn.Parameter] = self._reduce_tensor
+            table[torch.Tensor] = table[torch.nn.Parameter] = reduce
             self.dispatch_table = table
-
-    def _reduce_tensor(self, tensor):
-        dtype_name = str(tensor.dtype).removeprefix("torch.")
-        if tensor.is_cuda:
-            if self.same_node:
-                return cuda_ipc.reduce_cuda_tensor(tensor)
-            return _tensor_from_numpy, (_numpy_viewable(tensor.cpu()), dtype_name, "cuda")
-        return _tensor_from_numpy, (_numpy_viewable(tensor), dtype_name, "cpu")
 
 
 def dumps(obj, buffer_callback=None, same_node: bool = True) -> bytes:
     stream = io.BytesIO()
-    _MessagePickler(stream, buffer_callback, same_node).dump(obj)
+    pickler = _MessagePickler(stream, buffer_callback, same_node)
+    pickler.dump(obj)
+    pickler.clear_memo()
     return stream.getvalue()
 
 
