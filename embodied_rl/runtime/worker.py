@@ -36,6 +36,8 @@ class Worker:
             if wanted:
                 os.sched_setaffinity(0, wanted)
         torch.set_num_threads(torch_threads)
+        # Where this process computes: its first GPU when placed on GPU slots (and CUDA exists), else the CPU.
+        self.device = torch.device("cuda", 0) if gpu_slots and torch.cuda.is_available() else torch.device("cpu")
         self.address = WorkerAddress(group, rank)
         self.rank = rank
         self.world_size = world_size

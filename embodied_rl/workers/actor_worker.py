@@ -26,7 +26,7 @@ class ActorWorker(Worker):
     def __init__(self, policy: dict, ppo: dict, channel, seed: int = 0, **kwargs):
         super().__init__(**kwargs)
         torch.manual_seed(seed + self.rank)
-        self.policy = build_policy(**policy)
+        self.policy = build_policy(**policy).to(self.device)
         self.ppo = ppo
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=ppo["lr"], eps=1e-5)
         self.channel = channel
@@ -71,10 +71,10 @@ class ActorWorker(Worker):
         while len(chunks) < num_trajectories:
             chunks.extend(self.channel.get_batch(TRAJECTORIES_KEY, num_trajectories - len(chunks)))
         chunks.sort(key=lambda c: c.env_rank)
-        batch = {name: torch.as_tensor(np.concatenate([getattr(c, name) for c in chunks], axis=1))
+        batch = {name: torch.as_tensor(np.concatenate([getattr(c, name) for c in chunks], axis=1)).to(self.device)
                  for name in ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated",
                               "final_values")}
-        next_value = torch.as_tensor(np.concatenate([c.next_value for c in chunks]))
+        next_value = torch.as_tensor(np.concatenate([c.next_value for c in chunks])).to(self.device)
         metrics = self._ppo_update(batch, next_value)
         staleness = self.policy_version - min(int(c.policy_versions.min()) for c in chunks)
         self.policy_version += 1
@@ -152,7 +152,8 @@ class ActorWorker(Worker):
         self._require_onloaded("load training state")
         self.policy.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
         if trainer_state is not None:
-            state = torch.load(io.BytesIO(trainer_state), weights_only=False)
+            # On the host first: a checkpoint written on a GPU resumes on a CPU-only machine (and vice versa).
+            state = torch.load(io.BytesIO(trainer_state), weights_only=False, map_location="cpu")
             self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng"])
             self.generator.set_state(state["shuffle_rng"])

@@ -27,7 +27,7 @@ class RolloutWorker(Worker):
 
     def __init__(self, policy: dict, channel, **kwargs):
         super().__init__(**kwargs)
-        self.policy = build_policy(**policy).eval()
+        self.policy = build_policy(**policy).to(self.device).eval()
         self.policy_version = 0
         self.channel = channel
         self.channel.subscribe(REQUESTS_KEY)
@@ -98,9 +98,9 @@ class RolloutWorker(Worker):
             pieces.append(r.obs)
             if r.final_obs is not None:
                 pieces.append(r.final_obs)
-        obs = torch.as_tensor(np.concatenate(pieces, axis=0))
+        obs = torch.as_tensor(np.concatenate(pieces, axis=0)).to(self.device)
         actions, logp, values = self.policy.act(obs, deterministic=deterministic)
-        actions, logp, values = actions.numpy(), logp.numpy(), values.numpy()
+        actions, logp, values = actions.cpu().numpy(), logp.cpu().numpy(), values.cpu().numpy()
         self.forward_passes += 1
         offset = 0
         for r in requests:
