@@ -32,6 +32,8 @@ def test_user_yaml_file_is_merged(tmp_path):
      "policy.options.depth=3 is out of range; allowed: options of policy 'transformer': token_size"),
     (["policy.options.token_size=2"], "allowed: options of policy 'mlp': none"),
     (["placement.offload=sometimes"], "placement.offload='sometimes' is out of range; allowed: auto, never"),
+    (["rollout.weight_sync=carrier_pigeon"],
+     "rollout.weight_sync='carrier_pigeon' is out of range; allowed: auto, broadcast, object_store"),
 ])
 def test_bad_values_raise_one_line_naming_the_key(overrides, message):
     with pytest.raises(ConfigError) as error:
