@@ -141,3 +141,27 @@ def test_resending_a_received_array_does_not_keep_its_segment_busy(ends):
         assert encoder._pools["r"].segments[0].free
     finally:
         forwarder.close()
+
+
+def test_a_full_pool_makes_the_sender_wait_until_the_receiver_releases_a_segment(ends, monkeypatch):
+    import threading
+    import time
+
+    encoder, decoder, _ = ends
+    segment_size = shared_memory.DATA_OFFSET + (1 << 18)  # 50,000 float32 round up to 256 KiB
+    monkeypatch.setattr(shared_memory, "POOL_BYTES_PER_RECEIVER", 2 * segment_size)
+    held = [decoder.decode(*encoder.encode(np.full(50_000, i, np.float32), "r", 1024, True)) for i in range(2)]
+    released = threading.Timer(0.3, held.pop, args=(0,))
+    released.start()
+    start = time.monotonic()
+    _, (descriptor,) = encoder.encode(np.zeros(50_000, np.float32), "r", 1024, True)
+    waited = time.monotonic() - start
+    released.join()
+    assert descriptor[0] == "pooled" and waited >= 0.25  # it waited for the release, then reused the segment
+    assert len(encoder._pools["r"].segments) == 2
+    np.testing.assert_array_equal(held[0], 1.0)  # the message still held is untouched
+
+    monkeypatch.setattr(shared_memory, "POOL_WAIT_S", 0.1)  # a receiver that never lets go
+    _, (fallback,) = encoder.encode(np.zeros(50_000, np.float32), "r", 1024, True)
+    assert fallback[0] == "one_off"
+    shared_memory.discard_one_off_segments([fallback])

@@ -12,12 +12,15 @@ from __future__ import annotations
 import copyreg
 import functools
 import io
+import logging
 import pickle
 import sys
 
-from embodied_rl.runtime.transports import cuda_ipc
+from embodied_rl.runtime.transports import cuda_ipc, shared_memory
 from embodied_rl.runtime.transports.shared_memory import (FREE, ReceivedSegments, SegmentPool, SharedArrays,
                                                          discard_one_off_segments, write_one_off)
+
+log = logging.getLogger("embodied_rl.channel")
 
 
 def _tensor_from_numpy(array, dtype_name: str, device: str):
@@ -80,6 +83,7 @@ class Encoder:
         self.segment_prefix = segment_prefix
         self.shared_arrays = SharedArrays(segment_prefix)
         self._pools: dict[object, SegmentPool] = {}
+        self._warned: set = set()
 
     def encode(self, obj, receiver, threshold: int | None, same_node: bool) -> tuple[bytes, list]:
         """``obj`` -> (pickle bytes, buffer descriptors). ``threshold=None``: every byte inline (no shared memory)."""
@@ -96,7 +100,14 @@ class Encoder:
                 pool = self._pools.get(receiver)
                 if pool is None:
                     pool = self._pools[receiver] = SegmentPool(self.segment_prefix)
-                descriptor = pool.write(view) or write_one_off(self.segment_prefix, view)
+                descriptor = pool.write(view, shared_memory.POOL_WAIT_S)
+                if descriptor is None:
+                    if receiver not in self._warned:
+                        self._warned.add(receiver)
+                        log.warning("shared memory pool for %s stayed full for %.0f s: sending one-off segments "
+                                    "(a reader that keeps received arrays should copy them)", receiver,
+                                    shared_memory.POOL_WAIT_S)
+                    descriptor = write_one_off(self.segment_prefix, view)
             descriptors.append(descriptor)
         return payload, descriptors
 

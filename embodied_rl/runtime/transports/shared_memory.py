@@ -10,8 +10,12 @@ arrays built on it are aligned). Three kinds, chosen per buffer by ``encoding``:
   collected. A fresh file per message measured 0.82 GB/s for 100 MB here, mostly page faults.
 * **shared**: an array allocated with ``SharedArrays.empty`` lives in a segment from the start; sending it moves
   only its name and offset, no bytes (the semantics of torch's ``share_memory_()``: both sides see one memory).
-* **one-off**: when a pool is full (a receiver holds on to many messages) a fresh segment per message, unlinked
-  by the receiver as soon as it is mapped, freed when its arrays are.
+* **one-off**: a fresh segment per message, unlinked by the receiver as soon as it is mapped, freed when its
+  arrays are; used when a pool stays full for ``POOL_WAIT_S`` (a receiver that keeps the arrays it gets: it should
+  copy what it keeps) or a message is bigger than the pool.
+
+A full pool is back-pressure: the sender waits until the receiver releases a segment, so a slow receiver bounds
+the shared memory a fast sender can fill (``POOL_BYTES_PER_RECEIVER``) instead of letting it grow.
 
 Segment names start with the session's tag (``erl-<session id>-...``) so the cluster sweeps what a crashed process left behind.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 import uuid
 import weakref
 
@@ -29,7 +34,8 @@ SHM_DIR = "/dev/shm"
 DEFAULT_THRESHOLD = 64 * 1024
 DATA_OFFSET = mmap.PAGESIZE
 FREE, IN_FLIGHT = 0, 1
-POOL_BYTES_PER_RECEIVER = 1 << 30  # beyond this a sender falls back to one-off segments for that receiver
+POOL_BYTES_PER_RECEIVER = 1 << 30  # a sender's pooled bytes per receiver: the bound of its back-pressure
+POOL_WAIT_S = 10.0  # how long a sender waits for a full pool before it falls back to a one-off segment
 
 
 def shared_memory_available() -> bool:
@@ -104,21 +110,33 @@ class SegmentPool:
         self.max_bytes = POOL_BYTES_PER_RECEIVER if max_bytes is None else max_bytes
         self.segments: list[_PooledSegment] = []
 
-    def write(self, view: memoryview) -> tuple | None:
-        """Copy ``view`` into a free segment; its descriptor, or None when the pool is full."""
+    def write(self, view: memoryview, wait_s: float = 0.0) -> tuple | None:
+        """Copy ``view`` into a free segment; its descriptor, or None when the pool is full.
+
+        A full pool is back-pressure: wait up to ``wait_s`` for the receiver to release a segment that fits
+        (it does as soon as it drops the arrays of an earlier message).
+        """
         nbytes = view.nbytes
-        free = [s for s in self.segments if s.free and s.data_bytes >= nbytes]
-        if free:
-            segment = min(free, key=lambda s: s.data_bytes)
-        else:
-            capacity = max(1 << (max(nbytes, 1) - 1).bit_length(), DEFAULT_THRESHOLD)  # next power of two
-            if sum(s.size for s in self.segments) + capacity > self.max_bytes:
+        deadline = time.monotonic() + wait_s
+        while (segment := self._take(nbytes)) is None:
+            fits_later = any(s.data_bytes >= nbytes for s in self.segments)
+            if not fits_later or time.monotonic() >= deadline:
                 return None
-            segment = _PooledSegment(self.prefix, capacity)
-            self.segments.append(segment)
+            time.sleep(0.001)
         segment.mapping[0] = IN_FLIGHT
         np.copyto(segment.data[:nbytes], np.frombuffer(view, np.uint8))
         return ("pooled", segment.path, segment.size, nbytes)
+
+    def _take(self, nbytes: int) -> "_PooledSegment | None":
+        free = [s for s in self.segments if s.free and s.data_bytes >= nbytes]
+        if free:
+            return min(free, key=lambda s: s.data_bytes)
+        capacity = max(1 << (max(nbytes, 1) - 1).bit_length(), DEFAULT_THRESHOLD)  # next power of two
+        if sum(s.size for s in self.segments) + capacity > self.max_bytes:
+            return None
+        segment = _PooledSegment(self.prefix, capacity)
+        self.segments.append(segment)
+        return segment
 
     def close(self) -> None:
         for segment in self.segments:
