@@ -19,13 +19,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
-def _add_loop_arguments(parser, env_workers: int, envs_per_worker: int, steps: int) -> None:
+def _add_loop_arguments(parser, env_workers: int, envs_per_worker: int, steps: int, repeats: int = 2) -> None:
     """Arguments of the benches that run the env/rollout loop."""
     parser.add_argument("--task", default="maniskill_pickcube")
     parser.add_argument("--env-workers", type=int, default=env_workers, help="env processes")
     parser.add_argument("--envs-per-worker", type=int, default=envs_per_worker, help="envs per env process")
     parser.add_argument("--steps", type=int, default=steps, help="steps per env per measurement")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating measurements of each variant")
+    parser.add_argument("--repeats", type=int, default=repeats, help="alternating measurements of each variant "
+                        "(the median is reported)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -55,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     env_bench = benches.add_parser("env", help="runtime env loop vs ManiSkill's plain AsyncVectorEnv loop")
     _add_loop_arguments(env_bench, env_workers=4, envs_per_worker=1, steps=400)
     placement_bench = benches.add_parser("placement", help="sampling throughput of the placement modes")
-    _add_loop_arguments(placement_bench, env_workers=1, envs_per_worker=16, steps=60)
+    # 4 repeats: on a shared 2-core machine single measurements of one mode ranged 123-193 env steps/s.
+    _add_loop_arguments(placement_bench, env_workers=1, envs_per_worker=16, steps=60, repeats=4)
     channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
     channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")

@@ -70,6 +70,7 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
         best_other = max(median["collocated"], median["disaggregated"])
         result["policies"][policy] = {
             "env_steps_per_s": median,
+            "env_steps_per_s_each_repeat": {mode: [round(v, 1) for v in values] for mode, values in by_mode.items()},
             "hybrid_over_disaggregated": round(median["hybrid_pipelined"] / median["disaggregated"], 3),
             "hybrid_over_best_other": round(median["hybrid_pipelined"] / best_other, 3),
             "collocated_over_disaggregated": round(median["collocated"] / median["disaggregated"], 3),
