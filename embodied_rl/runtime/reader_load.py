@@ -8,11 +8,9 @@ Readers on other nodes have no cell there: a sender that has any of them rotates
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from embodied_rl.runtime.transports.shared_memory import DATA_OFFSET, create_segment, map_segment
+from embodied_rl.runtime.transports.shared_memory import DATA_OFFSET, create_segment, map_segment, remove_segment
 
 CELL_BYTES = 16
 _SEGMENT_SIZE = DATA_OFFSET + CELL_BYTES
@@ -30,10 +28,7 @@ class ReaderLoad:
         self._cell[1] = int(busy)
 
     def close(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        remove_segment(self.path)
 
 
 class ReaderLoads:

@@ -17,7 +17,7 @@ import pickle
 import sys
 
 from embodied_rl.runtime.transports import cuda_ipc, shared_memory
-from embodied_rl.runtime.transports.shared_memory import (FREE, ReceivedSegments, SegmentPool, SharedArrays,
+from embodied_rl.runtime.transports.shared_memory import (ReceivedSegments, SegmentPool, SharedArrays,
                                                          discard_one_off_segments, write_one_off)
 
 log = logging.getLogger("embodied_rl.channel")
@@ -42,7 +42,8 @@ def _numpy_viewable(tensor):
     try:
         return tensor.numpy()
     except TypeError:
-        return tensor.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]).numpy()
+        same_width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+        return tensor.view(same_width).numpy()
 
 
 def _reduce_tensor(tensor, same_node: bool):
@@ -54,18 +55,25 @@ def _reduce_tensor(tensor, same_node: bool):
     return _tensor_from_numpy, (_numpy_viewable(tensor), dtype_name, "cpu")
 
 
+@functools.lru_cache(maxsize=2)
+def _dispatch_table(same_node: bool) -> dict:
+    """pickle's dispatch table plus our tensor reducer; built once per ``same_node``, not per message.
+
+    The reducer is a partial, not a bound method of the pickler: a pickler in a reference cycle would keep its
+    memo, and with it the arrays it pickled (and their shared-memory segments), alive until the cyclic GC runs.
+    """
+    import torch
+
+    table = copyreg.dispatch_table.copy()
+    table[torch.Tensor] = table[torch.nn.Parameter] = functools.partial(_reduce_tensor, same_node=same_node)
+    return table
+
+
 class _MessagePickler(pickle.Pickler):
     def __init__(self, file, buffer_callback, same_node: bool):
         super().__init__(file, protocol=5, buffer_callback=buffer_callback)
         if "torch" in sys.modules:  # never import torch just to send plain numpy messages
-            import torch
-
-            # A partial, not a bound method: a pickler in a reference cycle would keep its memo, and with it the
-            # arrays it pickled (and their shared-memory segments), alive until the cyclic garbage collector runs.
-            reduce = functools.partial(_reduce_tensor, same_node=same_node)
-            table = copyreg.dispatch_table.copy()
-            table[torch.Tensor] = table[torch.nn.Parameter] = reduce
-            self.dispatch_table = table
+            self.dispatch_table = _dispatch_table(same_node)
 
 
 def dumps(obj, buffer_callback=None, same_node: bool = True) -> bytes:
@@ -114,10 +122,8 @@ class Encoder:
     def discard(self, receiver, descriptors: list) -> None:
         """Undo a send that failed: pooled segments back to free, one-off files removed."""
         pool = self._pools.get(receiver)
-        paths = {d[1] for d in descriptors if d[0] == "pooled"}
-        for segment in pool.segments if pool else ():
-            if segment.path in paths:
-                segment.mapping[0] = FREE
+        if pool is not None:
+            pool.release({d[1] for d in descriptors if d[0] == "pooled"})
         discard_one_off_segments(descriptors)
 
     def forget(self, receiver) -> None:

@@ -47,18 +47,20 @@ def segment_prefix(session_tag: str) -> str:
     return os.path.join(SHM_DIR, f"{session_tag}-")
 
 
+def remove_segment(path: str) -> bool:
+    """Unlink a segment file; False if it was already gone (a receiver unlinks what it maps)."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def sweep_segments(session_tag: str) -> int:
     """Remove every segment file of a session (what crashed processes left); returns how many."""
     prefix = os.path.basename(segment_prefix(session_tag))
-    removed = 0
-    for name in os.listdir(SHM_DIR) if os.path.isdir(SHM_DIR) else ():
-        if name.startswith(prefix):
-            try:
-                os.unlink(os.path.join(SHM_DIR, name))
-                removed += 1
-            except FileNotFoundError:
-                pass
-    return removed
+    names = os.listdir(SHM_DIR) if os.path.isdir(SHM_DIR) else ()
+    return sum(remove_segment(os.path.join(SHM_DIR, name)) for name in names if name.startswith(prefix))
 
 
 def create_segment(prefix: str, data_bytes: int) -> tuple[str, int, mmap.mmap]:
@@ -138,12 +140,15 @@ class SegmentPool:
         self.segments.append(segment)
         return segment
 
+    def release(self, paths: set[str]) -> None:
+        """Mark these segments free again (their message was never sent)."""
+        for segment in self.segments:
+            if segment.path in paths:
+                segment.mapping[0] = FREE
+
     def close(self) -> None:
         for segment in self.segments:
-            try:  # the receiver unlinks a segment when it first maps it; one never sent is still here
-                os.unlink(segment.path)
-            except FileNotFoundError:
-                pass
+            remove_segment(segment.path)  # still there if it was never sent
         self.segments.clear()
 
 
@@ -169,9 +174,10 @@ class SharedArrays:
 
     def empty(self, shape, dtype=np.float32) -> np.ndarray:
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        count = int(np.prod(shape, dtype=np.int64))
+        nbytes = count * dtype.itemsize
         path, size, mapping = create_segment(self.prefix, max(nbytes, 1))
-        array = np.frombuffer(mapping, dtype, int(np.prod(shape, dtype=np.int64)), DATA_OFFSET).reshape(shape)
+        array = np.frombuffer(mapping, dtype, count, DATA_OFFSET).reshape(shape)
         start = _address(memoryview(mapping)[DATA_OFFSET:])
         self._segments.append((start, start + nbytes, path, size))
         self._mappings.append(mapping)
@@ -189,11 +195,9 @@ class SharedArrays:
 
     def close(self) -> None:
         for _, _, path, _ in self._segments:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            remove_segment(path)
         self._segments.clear()
+        self._mappings.clear()  # arrays still in use keep their own mappings alive
 
 
 class ReceivedSegments:
@@ -233,7 +237,4 @@ def discard_one_off_segments(descriptors: list) -> None:
     """Remove the one-off segments of a message that was never sent."""
     for descriptor in descriptors:
         if descriptor[0] == "one_off":
-            try:
-                os.unlink(descriptor[1])
-            except FileNotFoundError:
-                pass
+            remove_segment(descriptor[1])
