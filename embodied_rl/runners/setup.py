@@ -59,15 +59,14 @@ class EmbodiedWorkers:
             if group is not None:
                 group.kill()
 
-    def form_weight_broadcast(self) -> str:
+    def form_weight_broadcast(self) -> None:
         """Make the actor (rank 0) and the rollout workers one collective group for weight broadcasts: NCCL when
-        the actor's policy is on a GPU, gloo otherwise. Returns the group's name."""
+        the actor computes on a GPU, gloo otherwise."""
         from embodied_rl.runtime.collective import form_collective
 
-        device = ray.get(self.actor.workers[0].device.remote())
+        device = ray.get(self.actor.workers[0].device_name.remote())
         form_collective(WEIGHTS_COLLECTIVE, [self.actor.workers[0], *self.rollout.workers],
                         backend="nccl" if device.startswith("cuda") else "gloo")
-        return WEIGHTS_COLLECTIVE
 
     def broadcast_weights(self) -> int:
         """Actor -> every rollout worker through the collective group; returns the version they installed."""
@@ -85,10 +84,6 @@ class EmbodiedWorkers:
     def install_weights(self, weights_ref) -> int:
         """Load published weights into every rollout worker; returns their policy version."""
         return ray.get(self.rollout.call("load_weights", weights_ref))[0]
-
-    def sync_weights(self) -> int:
-        """Broadcast the actor's weights to every rollout worker through the object store; returns the version."""
-        return self.install_weights(self.publish_weights())
 
 
 def node_ids_for(config: TrainConfig, component: str) -> list[str] | None:

@@ -56,6 +56,10 @@ class Worker:
 
         return sorted(os.sched_getaffinity(0))
 
+    def device_name(self) -> str:
+        """Where this process computes: ``"cuda:0"`` (its own GPU) or ``"cpu"``."""
+        return str(self.device)
+
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 

@@ -53,9 +53,6 @@ class ActorWorker(Worker):
         return ({k: v.detach().cpu().numpy().copy() for k, v in self.policy.state_dict().items()},
                 self.policy_version)
 
-    def device(self) -> str:
-        return str(next(self.policy.parameters()).device)
-
     def broadcast_weights(self, collective: str) -> int:
         """As rank 0 of ``collective``: send the weights and the policy version to every other rank."""
         state = {k: v.detach() for k, v in self.policy.state_dict().items()}

@@ -30,13 +30,13 @@ SCRIPT = textwrap.dedent("""
         workers = start_workers(config, cluster)
         env_nodes = set(ray.get(workers.env.call("node_id")))
         learner_nodes = set(ray.get(workers.rollout.call("node_id") + workers.actor.call("node_id")))
-        workers.sync_weights()
+        workers.form_weight_broadcast()
         losses = []
         for _ in range(2):
             workers.sample(20)
             metrics = ray.get(workers.actor.call("update", len(workers.env))[0])
             losses.append(metrics["train/policy_loss"])
-            version = workers.sync_weights()
+            version = workers.broadcast_weights()
         across = ray.get(workers.env.workers[0].__ray_call__.remote(
             lambda self: self.channel.transport_to_readers(REQUESTS_KEY)))
         within = ray.get(workers.env.workers[0].__ray_call__.remote(
