@@ -2,9 +2,8 @@
 
 A channel handle is a small picklable object; pass it to workers. ``put(item, key)`` sends to one reader of
 ``key`` (when several workers read the same key, the least busy one on this node: see ``reader_load``);
-``get(key)`` blocks until an item for ``key``
-arrives in this process. Readers announce themselves with ``subscribe(key)`` (``get`` does it on first use);
-a sender waits for the first reader of a key to appear.
+``get(key)`` blocks until an item for ``key`` arrives in this process. Readers announce themselves with
+``subscribe(key)`` (``get`` does it on first use); a sender waits for the first reader of a key to appear.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import time
 import ray
 
 from embodied_rl.runtime.reader_load import ReaderLoad, ReaderLoads, least_loaded
-from embodied_rl.runtime.transports.shared_memory import DEFAULT_THRESHOLD, segment_prefix
+from embodied_rl.runtime.transports.shared_memory import DEFAULT_THRESHOLD
 from embodied_rl.runtime.transports.sockets import Inbox, Outbox
 
 TRANSPORTS = ("auto", "socket", "shared_memory")
@@ -41,7 +40,6 @@ class _ProcessEndpoints:
         self.inbox = Inbox(session_dir, node_id, ray.util.get_node_ip_address(), authkey)
         self.outbox = Outbox(node_id, authkey, os.path.basename(session_dir))
         self.node_id = node_id
-        self.segment_prefix = segment_prefix(os.path.basename(session_dir))
         self.own_loads: dict[tuple[str, str], ReaderLoad] = {}  # cells of the keys this process reads
         self.reader_loads = ReaderLoads()
 
@@ -115,7 +113,7 @@ class Channel:
             endpoints = self._endpoints
             load = endpoints.own_loads.get((self.name, key))
             if load is None:
-                load = endpoints.own_loads[(self.name, key)] = ReaderLoad(endpoints.segment_prefix)
+                load = endpoints.own_loads[(self.name, key)] = ReaderLoad(endpoints.outbox.encoder.segment_prefix)
             ray.get(self.directory.subscribe.remote(self.name, key, endpoints.inbox.address, load.path))
             self._subscribed.add(key)
 
@@ -161,11 +159,8 @@ class Channel:
         endpoints = self._endpoints
         address = self._choose(key, readers, endpoints)
         while True:
-            if address == endpoints.inbox.address:
-                endpoints.inbox.deliver(self.name, key, item)
-                return
             try:
-                endpoints.outbox.send(address, self.name, key, item, self.shm_threshold)
+                self._send(endpoints, address, key, item)
                 return
             except OSError:
                 # That reader is gone (killed, crashed or left): drop it for everyone and try the others.
@@ -180,11 +175,14 @@ class Channel:
         endpoints = self._endpoints
         readers = self._lookup_readers(key, timeout)
         for address, _ in readers:
-            if address == endpoints.inbox.address:
-                endpoints.inbox.deliver(self.name, key, item)
-            else:
-                endpoints.outbox.send(address, self.name, key, item, self.shm_threshold)
+            self._send(endpoints, address, key, item)
         return len(readers)
+
+    def _send(self, endpoints: _ProcessEndpoints, address, key: str, item) -> None:
+        if address == endpoints.inbox.address:
+            endpoints.inbox.deliver(self.name, key, item)  # a reader in this process: no copy, no socket
+        else:
+            endpoints.outbox.send(address, self.name, key, item, self.shm_threshold)
 
     def _choose(self, key: str, readers: list[tuple], endpoints: _ProcessEndpoints):
         if len(readers) == 1:
