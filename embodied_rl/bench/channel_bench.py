@@ -3,8 +3,8 @@
 For 1 KB, 1 MB and 100 MB float32 arrays, in one run: a plain in-process copy (the reference), the channel
 over its socket alone, the channel with shared memory (the sender copies each array once into a reused
 segment), the channel sending an array that already lives in shared memory (``Channel.shared_array``: only its
-name travels), and Ray's object store (``ray.put`` in the sender, ``ray.get`` in the receiver). The receiver touches one value per 4 KiB page of every array it gets, so lazily
-mapped memory is paid for like copied memory.
+name travels), and Ray's object store (``ray.put`` in the sender, ``ray.get`` in the receiver). The receiver
+touches one value per 4 KiB page of every array it gets, so lazily mapped memory is paid for like copied memory.
 """
 
 from __future__ import annotations
@@ -132,15 +132,15 @@ def run_channel_bench(as_json: bool, repeats: int = 2) -> int:
                 ponging = receiver.pong.remote(channel, "data", "reply", pings + 1)
                 latency[name] = ray.get(sender.round_trips.remote(channel, "data", "reply", pings, nbytes))
                 ray.get(ponging)
+            ratio = lambda a, b: round(bandwidth[a] / bandwidth[b], 3)  # noqa: E731
             results["sizes"][label] = {
                 "messages": count,
                 "bandwidth_GBps": {k: float(f"{v:.4g}") for k, v in bandwidth.items()},
                 "one_way_latency_ms": {k: round(v * 1e3, 3) for k, v in latency.items()},
-                "shared_memory_over_in_process_copy": round(bandwidth["shared_memory"] / bandwidth["in_process_copy"], 3),
-                "shared_memory_over_ray_object_store": round(bandwidth["shared_memory"] / bandwidth["ray_object_store"], 3),
-                "by_reference_over_ray_object_store": round(
-                    bandwidth["shared_memory_by_reference"] / bandwidth["ray_object_store"], 3),
-                "socket_over_ray_object_store": round(bandwidth["socket"] / bandwidth["ray_object_store"], 3),
+                "shared_memory_over_in_process_copy": ratio("shared_memory", "in_process_copy"),
+                "shared_memory_over_ray_object_store": ratio("shared_memory", "ray_object_store"),
+                "by_reference_over_ray_object_store": ratio("shared_memory_by_reference", "ray_object_store"),
+                "socket_over_ray_object_store": ratio("socket", "ray_object_store"),
             }
         group.kill()
     if as_json:

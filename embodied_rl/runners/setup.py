@@ -98,7 +98,8 @@ def node_ids_for(config: TrainConfig, component: str) -> list[str] | None:
     try:
         return [alive[int(i)]["NodeID"] for i in str(wanted).split(",")]
     except (ValueError, IndexError):
-        raise ConfigError(f"placement.nodes.{component}={wanted!r}: this cluster has nodes 0-{len(alive) - 1}") from None
+        raise ConfigError(f"placement.nodes.{component}={wanted!r}: this cluster has nodes "
+                          f"0-{len(alive) - 1}") from None
 
 
 def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True,

@@ -36,7 +36,8 @@ def parse_slots(text: str | int, component: str, num_slots: int) -> tuple[int, .
         try:
             first, last = int(low), int(high or low)
         except ValueError:
-            raise PlacementError(f"placement.{component}={text!r}: {item!r} is not a slot or a range like 0-1") from None
+            raise PlacementError(f"placement.{component}={text!r}: {item!r} is not a slot or a range "
+                                 "like 0-1") from None
         if first > last or first < 0:
             raise PlacementError(f"placement.{component}={text!r}: range {item!r} is empty or negative")
         if last >= num_slots:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +23,6 @@ class Worker:
 
     def __init__(self, group: str, rank: int, world_size: int, torch_threads: int = 1,
                  cpu_slots: tuple[int, ...] | None = None, gpu_slots: tuple[int, ...] | None = None):
-        import os
-
         if gpu_slots:
             # A GPU slot is a GPU of the node: this process sees only its own (set before CUDA initializes).
             os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(gpu_slots, os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -47,13 +46,9 @@ class Worker:
         return str(self.address)
 
     def process_id(self) -> int:
-        import os
-
         return os.getpid()
 
     def cpu_affinity(self) -> list[int]:
-        import os
-
         return sorted(os.sched_getaffinity(0))
 
     def device_name(self) -> str:
@@ -91,7 +86,8 @@ def visible_devices(gpu_slots: tuple[int, ...], node_visible: str | None) -> str
     node_devices = [d.strip() for d in node_visible.split(",") if d.strip()]
     missing = [slot for slot in gpu_slots if slot >= len(node_devices)]
     if missing:
-        raise ValueError(f"GPU slots {missing} are out of range: this node exposes CUDA_VISIBLE_DEVICES={node_visible!r}")
+        raise ValueError(f"GPU slots {missing} are out of range: this node exposes "
+                         f"CUDA_VISIBLE_DEVICES={node_visible!r}")
     return ",".join(node_devices[slot] for slot in gpu_slots)
 
 

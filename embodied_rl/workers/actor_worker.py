@@ -18,6 +18,7 @@ from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
+from embodied_rl.workers.weights import load_numpy_weights, weights_to_numpy
 
 
 class ActorWorker(Worker):
@@ -50,8 +51,7 @@ class ActorWorker(Worker):
 
     def get_weights(self) -> tuple[dict, int]:
         """``(state_dict as numpy arrays, policy version)``; reads the host copy when offloaded."""
-        return ({k: v.detach().cpu().numpy().copy() for k, v in self.policy.state_dict().items()},
-                self.policy_version)
+        return weights_to_numpy(self.policy), self.policy_version
 
     def broadcast_weights(self, collective: str) -> int:
         """As rank 0 of ``collective``: send the weights and the policy version to every other rank."""
@@ -147,7 +147,7 @@ class ActorWorker(Worker):
     def load_training_state(self, weights: dict, trainer_state: bytes | None) -> int:
         # Loading replaces optimizer state, which onload could then not find: load only while onloaded.
         self._require_onloaded("load training state")
-        self.policy.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
+        load_numpy_weights(self.policy, weights)
         if trainer_state is not None:
             # On the host first: a checkpoint written on a GPU resumes on a CPU-only machine (and vice versa).
             state = torch.load(io.BytesIO(trainer_state), weights_only=False, map_location="cpu")

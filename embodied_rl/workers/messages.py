@@ -32,7 +32,8 @@ class PolicyRequest:
 
 @dataclass
 class PolicyResponse:
-    """actions ``[b, A]`` float32, logp ``[b]``, values ``[b]``, final_values ``[k]``; produced by ``policy_version``."""
+    """actions ``[b, A]`` float32, logp ``[b]``, values ``[b]``, final_values ``[k]``; produced by
+    ``policy_version``."""
 
     actions: np.ndarray | None
     logp: np.ndarray | None

@@ -16,6 +16,7 @@ from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import (POLICY_VERSION_KEY, REQUESTS_KEY, PolicyRequest, PolicyResponse,
                                           StopServing, responses_key)
+from embodied_rl.workers.weights import load_numpy_weights, weights_to_numpy
 
 
 class RolloutWorker(Worker):
@@ -46,13 +47,13 @@ class RolloutWorker(Worker):
     def load_weights(self, weights_and_version: tuple[dict, int]) -> int:
         """Install ``(state_dict of numpy arrays, policy version)``; returns the version."""
         state_dict, version = weights_and_version
-        self.policy.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state_dict.items()})
+        load_numpy_weights(self.policy, state_dict)
         self.policy_version = version
         return version
 
     def get_weights(self) -> tuple[dict, int]:
         """``(state_dict as numpy arrays, policy version)`` of the inference copy."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.policy.state_dict().items()}, self.policy_version
+        return weights_to_numpy(self.policy), self.policy_version
 
     def receive_weights(self, collective: str) -> int:
         """Receive the weights broadcast by rank 0 of ``collective`` into the policy in place; returns the version."""

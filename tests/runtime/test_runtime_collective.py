@@ -1,5 +1,6 @@
 """Collectives among worker processes: state-dict broadcast, point-to-point, several groups per process."""
 
+import contextlib
 import sys
 
 import pytest
@@ -159,17 +160,23 @@ def test_a_dissolved_group_name_can_be_formed_again(probes):
         dissolve_collective("again", probes.workers[1:])
 
 
-def gpu_probes(count: int) -> list:
+@contextlib.contextmanager
+def gpu_probes(count: int):
+    """``count`` probes with one GPU each (skips when the cluster has fewer); killed afterwards."""
+    if torch.cuda.device_count() < count or ray.cluster_resources().get("GPU", 0) < count:
+        pytest.skip(f"NCCL needs one GPU per rank: this test needs {count} GPU(s)")
     remote = ray.remote(CollectiveProbe).options(num_cpus=0.1, num_gpus=1)
-    return [remote.remote(group="nccl-probe", rank=rank, world_size=count) for rank in range(count)]
+    workers = [remote.remote(group="nccl-probe", rank=rank, world_size=count) for rank in range(count)]
+    try:
+        yield workers
+    finally:
+        for worker in workers:
+            ray.kill(worker, no_restart=True)
 
 
 @pytest.mark.gpu
 def test_nccl_broadcasts_a_state_dict_and_sends_between_two_gpus(cluster):
-    if torch.cuda.device_count() < 2 or ray.cluster_resources().get("GPU", 0) < 2:
-        pytest.skip("NCCL needs one GPU per rank: this test needs 2 GPUs")
-    workers = gpu_probes(2)
-    try:
+    with gpu_probes(2) as workers:
         spec = form_collective("nccl-weights", workers, backend="auto")
         assert spec.backend == "nccl"
         received = ray.get([workers[0].broadcast_weights.remote("nccl-weights", 0, 5, False),
@@ -186,22 +193,14 @@ def test_nccl_broadcasts_a_state_dict_and_sends_between_two_gpus(cluster):
         ray.get(sent, timeout=120)
         assert got.is_cuda and torch.equal(got.cpu(), values)
         dissolve_collective("nccl-weights", workers)
-    finally:
-        for worker in workers:
-            ray.kill(worker, no_restart=True)
 
 
 @pytest.mark.gpu
 def test_nccl_group_of_one_gpu_forms_and_round_trips_a_state_dict(cluster):
-    if torch.cuda.device_count() < 1 or ray.cluster_resources().get("GPU", 0) < 1:
-        pytest.skip("needs a CUDA device")
-    workers = gpu_probes(1)
-    try:
+    with gpu_probes(1) as workers:
         assert form_collective("nccl-solo", workers, backend="nccl").backend == "nccl"
         sent = ray.get(workers[0].broadcast_weights.remote("nccl-solo", 0, 9, False), timeout=120)
         assert_state_dicts_equal(sent, reference_state_dict(9))
         assert ray.get(workers[0].broadcast_object.remote("nccl-solo", [1, "two"], 0), timeout=120) == [1, "two"]
         ray.get(workers[0].barrier.remote("nccl-solo"), timeout=120)
         dissolve_collective("nccl-solo", workers)
-    finally:
-        ray.kill(workers[0], no_restart=True)

@@ -29,7 +29,8 @@ def test_shared_components_are_reported():
 
 
 @pytest.mark.parametrize("components, message", [
-    ({"env": "0-5", "rollout": "0", "actor": "0"}, "placement.env='0-5': slot 5 is out of range; this cluster has slots 0-3"),
+    ({"env": "0-5", "rollout": "0", "actor": "0"},
+     "placement.env='0-5': slot 5 is out of range; this cluster has slots 0-3"),
     ({"env": "", "rollout": "0", "actor": "0"}, "placement.env: no slots given"),
     ({"env": "a-b", "rollout": "0", "actor": "0"}, "is not a slot or a range"),
     ({"env": "2-1", "rollout": "0", "actor": "0"}, "empty or negative"),

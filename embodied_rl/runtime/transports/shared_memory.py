@@ -17,7 +17,8 @@ arrays built on it are aligned). Three kinds, chosen per buffer by ``encoding``:
 A full pool is back-pressure: the sender waits until the receiver releases a segment, so a slow receiver bounds
 the shared memory a fast sender can fill (``POOL_BYTES_PER_RECEIVER``) instead of letting it grow.
 
-Segment names start with the session's tag (``erl-<session id>-...``) so the cluster sweeps what a crashed process left behind.
+Segment names start with the session's tag (``erl-<session id>-...``) so the cluster sweeps what a crashed
+process left behind.
 """
 
 from __future__ import annotations
