@@ -13,8 +13,14 @@ from embodied_rl.config.loader import from_yaml_file
 from embodied_rl.utils.checkpoint import CONFIG_FILE, load_checkpoint
 
 
-def run_eval(checkpoint_path: str, episodes: int, ray_address: str | None, as_json: bool) -> int:
-    from embodied_rl.runners.embodied_ppo import episode_metrics
+def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_address: str | None = None) -> dict:
+    """Deterministic episodes of a checkpoint's policy on its task: ``{"checkpoint": ..., "eval/...": ...}``.
+
+    The task must be registered in this process: a built-in one always is; one you registered yourself is when
+    this is called from the script (or after importing the module) that registers it.
+    """
+    import sim_envs
+    from embodied_rl.runners.embodied import episode_metrics
     from embodied_rl.runners.setup import start_workers
     from embodied_rl.runtime import Cluster
 
@@ -25,14 +31,28 @@ def run_eval(checkpoint_path: str, episodes: int, ray_address: str | None, as_js
     except FileNotFoundError as error:
         raise ConfigError(f"--checkpoint: {error}") from None
     config = from_yaml_file(checkpoint.path / CONFIG_FILE)
+    try:
+        sim_envs.get_task(config.task)
+    except sim_envs.TaskConfigError as error:
+        raise ConfigError(f"--checkpoint {checkpoint.path} was trained on task {config.task!r}, which is not "
+                          f"registered here (a task you registered yourself: evaluate from the Python script "
+                          f"that registers it, with embodied_rl.commands.evaluate.evaluate_checkpoint); "
+                          f"{error}") from None
     if ray_address:
         config.cluster.address = ray_address
     with Cluster(config.cluster.address, config.cluster.num_cpus) as cluster:
         workers = start_workers(config, cluster, with_actor=False)
-        version = int(checkpoint.counters.get("iteration", 0))
-        ray.get(workers.rollout.call("load_weights", (checkpoint.weights, version)))
-        results = episode_metrics(workers.evaluate(episodes), "eval")
-    results = {"checkpoint": str(checkpoint.path), **results}
+        try:
+            version = int(checkpoint.counters.get("iteration", 0))
+            ray.get(workers.rollout.call("load_weights", (checkpoint.weights, version)))
+            results = episode_metrics(workers.evaluate(episodes), "eval")
+        finally:
+            workers.shutdown()
+    return {"checkpoint": str(checkpoint.path), **results}
+
+
+def run_eval(checkpoint_path: str, episodes: int, ray_address: str | None, as_json: bool) -> int:
+    results = evaluate_checkpoint(checkpoint_path, episodes, ray_address)
     if as_json:
         print(json.dumps(results))
     else:

@@ -41,7 +41,7 @@ def run_train(task: str | None, config_file: str | None, overrides: list[str], r
                           "or choose another directory")
     check_task_starts(config)
 
-    from embodied_rl.runners.embodied_ppo import EmbodiedPPORunner
+    from embodied_rl.runners.embodied import EmbodiedRunner
 
     checkpoint = load_checkpoint(directory) if resume else None
     config.run_dir = str(directory)
@@ -49,7 +49,7 @@ def run_train(task: str | None, config_file: str | None, overrides: list[str], r
     if not resume:
         write_text_atomic(directory / "config.yaml", to_yaml(config))
     print(f"run directory: {directory}", flush=True)
-    runner = EmbodiedPPORunner(config, directory, checkpoint)
+    runner = EmbodiedRunner(config, directory, checkpoint)
     final_eval = runner.run()
     summary = {"run_dir": str(directory), "env_steps": runner.env_steps, "iterations": runner.iteration,
                **final_eval}

@@ -1,21 +1,45 @@
-"""Merge schema defaults, the task's recipe, a user YAML file and ``key=value`` overrides into a TrainConfig."""
+"""Merge schema defaults, the task's recipe, a user YAML file and ``key=value`` overrides into a TrainConfig.
+
+Recipes ship inside the package (``embodied_rl/configs/``; a clone also reaches them through the top-level
+``configs`` link). Every built-in task has one, and a missing one is an error; a task registered by a user has
+none and starts from the schema defaults.
+"""
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from embodied_rl.config.algorithm_section import split_algorithm, typed_algorithm
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.schema import TrainConfig, validate
 
-CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS_DIR = resources.files("embodied_rl") / "configs"  # a Traversable: a directory, or a folder in a zip
 
 
-def recipe_path(task: str) -> Path:
-    """The task's recipe ``configs/<task>.yaml`` (may not exist: schema defaults then apply)."""
+def recipe_path(task: str):
+    """Where the recipe of built-in task ``task`` lives: ``embodied_rl/configs/<task>.yaml``."""
     return CONFIGS_DIR / f"{task}.yaml"
+
+
+def task_recipe(task: str):
+    """The recipe of a built-in task (a ConfigError when it is missing); None for a task a user registered."""
+    import sim_envs
+
+    try:
+        entry = sim_envs.get_task(task)
+    except sim_envs.TaskConfigError as error:
+        raise ConfigError(str(error)) from None
+    if not entry.builtin:
+        return None
+    recipe = recipe_path(task)
+    if not recipe.is_file():
+        raise ConfigError(f"built-in task {task!r} has no recipe: {recipe} is missing (an incomplete install of "
+                          "embodied-rl; reinstall it)")
+    return OmegaConf.create(recipe.read_text())
 
 
 def _one_line(error: OmegaConfBaseException) -> str:
@@ -47,19 +71,15 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
             raise ConfigError(f"override {item!r} must look like key=value (e.g. algorithm.lr=1e-4)")
     try:
         merged = OmegaConf.structured(TrainConfig)
-        user_file = _load_yaml(Path(config_file)) if config_file else None
-        cli = OmegaConf.from_dotlist(overrides)
+        user_file, user_algorithm = split_algorithm(_load_yaml(Path(config_file)) if config_file else None)
+        cli, cli_algorithm = split_algorithm(OmegaConf.from_dotlist(overrides))
+        recipe_algorithm: dict = {}
         chosen_task = task or cli.get("task") or (user_file.get("task") if user_file is not None else None)
         if chosen_task:
-            import sim_envs
-
-            try:
-                sim_envs.get_task(chosen_task)
-            except sim_envs.TaskConfigError as error:
-                raise ConfigError(str(error)) from None
-            recipe = recipe_path(chosen_task)
-            if recipe.is_file():
-                merged = OmegaConf.merge(merged, OmegaConf.load(recipe))
+            recipe = task_recipe(chosen_task)
+            if recipe is not None:
+                recipe_config, recipe_algorithm = split_algorithm(recipe)
+                merged = OmegaConf.merge(merged, recipe_config)
             merged.task = chosen_task
         if user_file is not None:
             merged = OmegaConf.merge(merged, user_file)
@@ -69,6 +89,7 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
         config: TrainConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as error:
         raise ConfigError(_one_line(error)) from None
+    config.algorithm = typed_algorithm([user_algorithm, cli_algorithm], recipe=recipe_algorithm)
     validate(config)
     return config
 
@@ -80,6 +101,9 @@ def to_yaml(config: TrainConfig) -> str:
 def from_yaml_file(path: Path) -> TrainConfig:
     """Load a resolved config saved in a run directory."""
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(path)))
+        saved, algorithm = split_algorithm(OmegaConf.load(path))
+        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except OmegaConfBaseException as error:
         raise ConfigError(f"{path}: {_one_line(error)}") from None
+    config.algorithm = typed_algorithm([algorithm])
+    return config

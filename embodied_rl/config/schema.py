@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from embodied_rl.algorithms.embodied.ppo import PPOConfig  # noqa: F401  (the default algorithm section)
 from embodied_rl.config.errors import ConfigError
 
 
@@ -56,38 +57,6 @@ class PolicyConfig:
     """Initial log standard deviation of the Gaussian actions."""
     options: Dict[str, Any] = field(default_factory=dict)
     """Further keyword arguments of the registered policy, e.g. {token_size: 2, num_layers: 2} for 'transformer'."""
-
-
-@dataclass
-class PPOConfig:
-    lr: float = 3e-4
-    """Adam learning rate."""
-    gamma: float = 0.8
-    """Discount factor."""
-    gae_lambda: float = 0.9
-    """GAE lambda."""
-    update_epochs: int = 4
-    """Passes over each batch."""
-    num_minibatches: int = 8
-    """Minibatches per pass."""
-    clip_coef: float = 0.2
-    """PPO ratio clip."""
-    value_clip: Optional[float] = None
-    """Clip value updates to this range around the old values (None: unclipped)."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    ent_coef: float = 0.0
-    """Weight of the entropy bonus."""
-    max_grad_norm: float = 0.5
-    """Gradient clipping norm."""
-    target_kl: Optional[float] = 0.1
-    """Stop an update's epochs once the approximate KL exceeds this (None: never)."""
-    normalize_advantages: bool = True
-    """Normalize advantages per minibatch."""
-    reward_scale: float = 1.0
-    """Multiply rewards by this before GAE."""
-    bootstrap_on_termination: bool = True
-    """Bootstrap from V(final observation) at terminations too (ManiSkill ends episodes at success)."""
 
 
 @dataclass
@@ -139,6 +108,8 @@ class TrainConfig:
     """Where run directories are created."""
     run_dir: Optional[str] = None
     """This run's directory (None: ``runs_root/<task>-<time>``)."""
+    init_from: Optional[str] = None
+    """Start from this checkpoint's weights (a checkpoint or run directory), e.g. an SFT result; None: random."""
     log_every_iterations: int = 1
     """Write scalars every this many iterations."""
     channel_transport: str = "auto"
@@ -146,7 +117,9 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    algorithm: PPOConfig = field(default_factory=PPOConfig)
+    algorithm: Any = field(default_factory=PPOConfig)
+    """The algorithm section: ``algorithm.name`` picks one from the registry, its other keys are that algorithm's
+    own config (``embodied_rl/algorithms/embodied/<name>.py``)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -181,21 +154,7 @@ def validate(config: TrainConfig) -> None:
              "an integer >= 1")
     _require(len(c.policy.hidden_sizes) >= 1 and all(h >= 1 for h in c.policy.hidden_sizes),
              "policy.hidden_sizes", list(c.policy.hidden_sizes), "a non-empty list of positive integers")
-    a = c.algorithm
-    _require(a.lr > 0, "algorithm.lr", a.lr, "> 0")
-    _require(0 <= a.gamma <= 1, "algorithm.gamma", a.gamma, "0 <= gamma <= 1")
-    _require(0 <= a.gae_lambda <= 1, "algorithm.gae_lambda", a.gae_lambda, "0 <= gae_lambda <= 1")
-    _require(a.update_epochs >= 1, "algorithm.update_epochs", a.update_epochs, "an integer >= 1")
-    _require(a.num_minibatches >= 1, "algorithm.num_minibatches", a.num_minibatches, "an integer >= 1")
-    _require(a.clip_coef > 0, "algorithm.clip_coef", a.clip_coef, "> 0")
-    _require(a.value_clip is None or a.value_clip > 0, "algorithm.value_clip", a.value_clip, "null or > 0")
-    _require(a.vf_coef >= 0, "algorithm.vf_coef", a.vf_coef, ">= 0")
-    _require(a.ent_coef >= 0, "algorithm.ent_coef", a.ent_coef, ">= 0")
-    _require(a.max_grad_norm > 0, "algorithm.max_grad_norm", a.max_grad_norm, "> 0")
-    _require(a.target_kl is None or a.target_kl > 0, "algorithm.target_kl", a.target_kl, "null or > 0")
-    samples = c.env.num_workers * c.env.envs_per_worker * c.rollout.steps_per_iteration
-    _require(a.num_minibatches <= samples, "algorithm.num_minibatches", a.num_minibatches,
-             f"at most the {samples} samples of one iteration")
+    _validate_algorithm(c)
     _require(c.eval.every_iterations >= 0, "eval.every_iterations", c.eval.every_iterations, "an integer >= 0")
     _require(c.eval.num_episodes >= 1, "eval.num_episodes", c.eval.num_episodes, "an integer >= 1")
     _require(c.checkpoint.every_iterations >= 0, "checkpoint.every_iterations", c.checkpoint.every_iterations,
@@ -213,6 +172,25 @@ def validate(config: TrainConfig) -> None:
     if c.env.obs_mode != "state" and c.policy.name == "mlp":
         raise ConfigError(f"env.obs_mode={c.env.obs_mode!r} needs an image policy; policy.name='mlp' takes "
                           "obs_mode='state'")
+
+
+def _validate_algorithm(c: TrainConfig) -> None:
+    a = c.algorithm
+    for key, value, allowed in a.problems():
+        _require(False, f"algorithm.{key}", value, allowed)
+    envs = c.env.num_workers * c.env.envs_per_worker
+    if hasattr(a, "num_minibatches"):
+        samples = envs * c.rollout.steps_per_iteration
+        _require(a.num_minibatches <= samples, "algorithm.num_minibatches", a.num_minibatches,
+                 f"at most the {samples} samples of one iteration")
+    if hasattr(a, "group_size"):
+        _require(envs % a.group_size == 0, "algorithm.group_size", a.group_size,
+                 f"a divisor of the {envs} envs (env.num_workers x env.envs_per_worker)")
+        length = c.env.max_episode_steps
+        if length is None or c.rollout.steps_per_iteration % length:
+            raise ConfigError(f"rollout.steps_per_iteration={c.rollout.steps_per_iteration} must be a multiple of "
+                              f"env.max_episode_steps={length} for algorithm.name={a.name!r} (its groups run "
+                              "whole episodes in lock-step)")
 
 
 def _validate_policy(c: TrainConfig) -> None:

@@ -49,6 +49,10 @@ class MLPActorCritic(nn.Module):
         actions = dist.mean if deterministic else dist.sample()
         return actions, dist.log_prob(actions).sum(-1), self.value(obs)
 
+    def supervised_loss(self, obs: torch.Tensor, target_actions: torch.Tensor) -> torch.Tensor:
+        """Behaviour cloning: mean squared error between the action mean ``[B, A]`` and ``target_actions``."""
+        return nn.functional.mse_loss(self.distribution(obs).mean, target_actions)
+
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
         """Log-probs ``[B]``, entropies ``[B]`` and values ``[B]`` of ``actions`` ``[B, A]`` under the current policy."""
         dist = self.distribution(obs)

@@ -58,6 +58,10 @@ class TransformerActorCritic(nn.Module):
         actions = mean if deterministic else dist.sample()
         return actions, dist.log_prob(actions).sum(-1), self.critic(features).squeeze(-1)
 
+    def supervised_loss(self, obs: torch.Tensor, target_actions: torch.Tensor) -> torch.Tensor:
+        """Behaviour cloning: mean squared error between the action mean ``[B, A]`` and ``target_actions``."""
+        return nn.functional.mse_loss(self.distribution(obs).mean, target_actions)
+
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
         features = self.features(obs)
         mean = self.actor_mean(features)

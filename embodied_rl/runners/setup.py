@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import ray
 
+import sim_envs
 from embodied_rl.config.schema import TrainConfig, resolve_placement, slots_are_gpus
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
 from embodied_rl.workers.actor_worker import ActorWorker
@@ -17,11 +18,19 @@ from embodied_rl.workers.rollout_worker import RolloutWorker
 WEIGHTS_COLLECTIVE = "weights"
 
 
+def grouped(config: TrainConfig) -> bool:
+    """Whether the algorithm trains on groups of envs that run whole episodes in lock-step (GRPO)."""
+    return hasattr(config.algorithm, "group_size")
+
+
 def env_options(config: TrainConfig) -> dict:
     e = config.env
-    return dict(obs_mode=e.obs_mode, control_mode=e.control_mode, reward_mode=e.reward_mode,
-                max_episode_steps=e.max_episode_steps, reconfiguration_freq=e.reconfiguration_freq,
-                backend=e.backend)
+    options = dict(obs_mode=e.obs_mode, control_mode=e.control_mode, reward_mode=e.reward_mode,
+                   max_episode_steps=e.max_episode_steps, reconfiguration_freq=e.reconfiguration_freq,
+                   backend=e.backend)
+    if grouped(config):
+        options["ignore_terminations"] = True  # every env of a group runs to the time limit, in lock-step
+    return options
 
 
 @dataclass
@@ -109,6 +118,9 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
 
     ``env_seed_offset`` moves the envs to fresh initial states (a resumed run must not replay the first episodes).
     """
+    # The task's registry entry, not its name: a task registered only in this process (even in __main__) reaches
+    # the env workers, which never ran its decorator (Ray pickles the entry, a __main__ factory by value).
+    task = sim_envs.get_task(config.task)
     channel = Channel.create("embodied", cluster, transport=config.channel_transport)
     num_workers = config.env.num_workers + config.rollout.num_workers + int(with_actor)
     cpus = max(cluster.total_cpus() * cluster_share / num_workers, 0.01)
@@ -116,10 +128,12 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     on_cpu = not slots_are_gpus(config)
     cores = lambda component: placement.slots[component] if on_cpu else None  # noqa: E731
     gpus = lambda component: None if on_cpu else placement.slots[component]  # noqa: E731
-    env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=config.task,
+    env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=task,
                       envs_per_worker=config.env.envs_per_worker, env_options=env_options(config),
                       channel=channel, seed=config.seed + env_seed_offset,
                       pipeline_stages=config.env.pipeline_stages, cpu_slots=cores("env"), gpu_slots=gpus("env"),
+                      group_size=config.algorithm.group_size if grouped(config) else None,
+                      total_envs=config.env.num_workers * config.env.envs_per_worker,
                       node_ids=node_ids_for(config, "env"))
     obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
                                        env.workers[0].action_shape.remote()])
@@ -132,7 +146,7 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     actor = None
     if with_actor:
         actor = WorkerGroup(ActorWorker, "actor", 1, cpus_per_worker=cpus, policy=policy_spec,
-                            ppo=vars(config.algorithm).copy(), channel=channel, seed=config.seed,
+                            algorithm=config.algorithm, channel=channel, seed=config.seed,
                             torch_threads=2, cpu_slots=cores("actor"), gpu_slots=gpus("actor"),
                             node_ids=node_ids_for(config, "actor"))
     return EmbodiedWorkers(channel, env, rollout, actor, policy_spec, placement)

@@ -7,8 +7,9 @@ import time
 
 
 class TrainingProgress:
-    def __init__(self, total_steps: int, description: str, plain_every_s: float = 10.0):
+    def __init__(self, total_steps: int, description: str, plain_every_s: float = 10.0, unit: str = "steps"):
         self.total = total_steps
+        self.unit = unit
         self.start = time.monotonic()
         self.last_plain = 0.0
         self.plain_every_s = plain_every_s
@@ -19,8 +20,8 @@ class TrainingProgress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
             self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                                TextColumn("{task.completed:,}/{task.total:,} steps"),
-                                TextColumn("{task.fields[rate]:,.0f} steps/s"),
+                                TextColumn("{task.completed:,}/{task.total:,} " + unit),
+                                TextColumn("{task.fields[rate]:,.1f} " + unit + "/s"),
                                 TextColumn("success {task.fields[success]}"), TimeRemainingColumn(),
                                 transient=False)
             self.bar.start()
@@ -37,7 +38,7 @@ class TrainingProgress:
         elif time.monotonic() - self.last_plain >= self.plain_every_s or steps >= self.total:
             self.last_plain = time.monotonic()
             eta = (self.total - steps) / rate if rate > 0 else float("inf")
-            print(f"steps {steps:,}/{self.total:,}  {rate:,.0f} steps/s  eval success {success_text}  "
+            print(f"{self.unit} {steps:,}/{self.total:,}  {rate:,.1f} {self.unit}/s  eval success {success_text}  "
                   f"elapsed {elapsed:,.0f}s  eta {eta:,.0f}s", file=sys.stderr, flush=True)
 
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""Actor worker: gathers trajectories from the channel, computes GAE advantages and runs the PPO update.
+"""Actor worker: owns the optimizer and the minibatch loop; the algorithm (PPO, GRPO, SFT, ...) turns collected
+trajectories or demonstrations into a loss.
 
 Between its turns on a shared device the actor is offloaded: weights, gradients and Adam state go to host memory
 (``offload``) and come back for the next update (``onload``). It refuses to train or load state while offloaded.
@@ -6,35 +7,40 @@ Between its turns on a shared device the actor is offloaded: weights, gradients 
 
 from __future__ import annotations
 
+import copy
 import io
 import time
 
 import numpy as np
 import torch
 
-from embodied_rl.algorithms.advantages import gae
-from embodied_rl.algorithms.losses import policy_loss, value_loss
+from embodied_rl.algorithms.embodied import ALGORITHMS
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
+from embodied_rl.workers.trajectory_buffer import concat_obs
 from embodied_rl.workers.weights import load_numpy_weights, weights_to_numpy
 
 
 class ActorWorker(Worker):
-    """Trains the policy with PPO. ``ppo`` holds the hyperparameters (see ``embodied_rl.config.schema.PPOConfig``)."""
+    """Trains the policy with the algorithm ``algorithm`` names (a config dataclass of
+    ``embodied_rl.algorithms.embodied``): RL updates on trajectories from the channel, or SFT on demonstrations."""
 
-    def __init__(self, policy: dict, ppo: dict, channel, seed: int = 0, **kwargs):
+    def __init__(self, policy: dict, algorithm, channel, seed: int = 0, **kwargs):
         super().__init__(**kwargs)
         torch.manual_seed(seed + self.rank)
         self.policy = build_policy(**policy).to(self.device)
-        self.ppo = ppo
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=ppo["lr"], eps=1e-5)
+        self.algorithm = ALGORITHMS.get(algorithm.name)(algorithm)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=algorithm.lr, eps=1e-5)
         self.channel = channel
         self.channel.subscribe(TRAJECTORIES_KEY)
         self.policy_version = 0
         self.generator = torch.Generator().manual_seed(seed + 1000 + self.rank)
         self.offloader = Offloader([self.policy], [self.optimizer])
+        self.pending: list[dict] = []  # selected samples of the sampling rounds of the next update
+        self.reference = None  # frozen copy of the initial policy, for algorithms with a KL to it
+        self.demonstrations: dict | None = None
 
     def offload(self) -> MoveReport:
         """Move weights, gradients and optimizer state to host memory (a no-op for memory on CPU)."""
@@ -61,78 +67,114 @@ class ActorWorker(Worker):
         return self.policy_version
 
     def update(self, num_trajectories: int) -> dict:
-        """Take ``num_trajectories`` trajectories from the channel and run one PPO update; returns metrics."""
+        """Take ``num_trajectories`` trajectories from the channel; once the algorithm has enough
+        (``train/needs_more`` is 0) run one update on them; returns metrics."""
         self._require_onloaded("update")
         start = time.perf_counter()
         chunks: list[Trajectory] = []
         while len(chunks) < num_trajectories:
             chunks.extend(self.channel.get_batch(TRAJECTORIES_KEY, num_trajectories - len(chunks)))
         chunks.sort(key=lambda c: c.env_rank)
-        batch = {name: torch.as_tensor(np.concatenate([getattr(c, name) for c in chunks], axis=1)).to(self.device)
-                 for name in ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated",
-                              "final_values")}
-        next_value = torch.as_tensor(np.concatenate([c.next_value for c in chunks])).to(self.device)
-        metrics = self._ppo_update(batch, next_value)
+        batch = {name: self._tensor(np.concatenate([getattr(c, name) for c in chunks], axis=1))
+                 for name in ("actions", "logp", "values", "rewards", "terminated", "truncated", "final_values",
+                              "success")}
+        batch["obs"] = self._tensor(concat_obs([c.obs for c in chunks], axis=1))
+        batch["next_value"] = self._tensor(np.concatenate([c.next_value for c in chunks]))
+        selected, metrics = self.algorithm.select(batch)
+        self.pending.append(selected)
+        if not self.algorithm.enough(self.pending, len(self.pending)):
+            metrics.update({"train/needs_more": 1, "time/update_s": time.perf_counter() - start})
+            return metrics
+        samples, prepared = self.algorithm.prepare(self.pending)
+        metrics.update(prepared)
+        metrics["train/sampling_rounds"] = len(self.pending)
+        self.pending = []
+        metrics.update(self._optimize(samples))
         staleness = self.policy_version - min(int(c.policy_versions.min()) for c in chunks)
         self.policy_version += 1
-        metrics.update({"train/policy_version": self.policy_version, "train/policy_staleness": staleness,
-                        "time/update_s": time.perf_counter() - start})
+        metrics.update({"train/needs_more": 0, "train/policy_version": self.policy_version,
+                        "train/policy_staleness": staleness, "time/update_s": time.perf_counter() - start})
         return metrics
 
-    def _ppo_update(self, batch: dict, next_value: torch.Tensor) -> dict:
-        cfg = self.ppo
-        rewards = batch["rewards"] * cfg["reward_scale"]
-        dones = batch["terminated"] | batch["truncated"]
-        # ManiSkill terminates an episode at success; with dense rewards, not bootstrapping there makes
-        # success worth less than hovering next to it, and the policy learns to avoid finishing.
-        bootstrap = dones if cfg["bootstrap_on_termination"] else batch["truncated"] & ~batch["terminated"]
-        advantages, returns = gae(rewards, batch["values"], dones, next_value, cfg["gamma"], cfg["gae_lambda"],
-                                  truncated=bootstrap, final_values=batch["final_values"])
-        T, B = rewards.shape
-        flat = lambda x: x.reshape(T * B, *x.shape[2:])  # noqa: E731
-        obs, actions = flat(batch["obs"]), flat(batch["actions"])
-        old_logp, old_values = flat(batch["logp"]), flat(batch["values"])
-        advantages, returns = flat(advantages), flat(returns)
-        n = T * B
-        minibatch = max(1, n // cfg["num_minibatches"])
-        sums = dict(policy_loss=0.0, value_loss=0.0, entropy=0.0, approx_kl=0.0, clip_fraction=0.0)
+    def _tensor(self, value):
+        if isinstance(value, dict):
+            return {k: torch.as_tensor(v).to(self.device) for k, v in value.items()}
+        return torch.as_tensor(value).to(self.device)
+
+    def _optimize(self, samples: dict) -> dict:
+        """Epochs of shuffled minibatches over ``samples`` (flat ``[N, ...]``), stopped early past target_kl."""
+        cfg = self.algorithm.config
+        n = len(samples["old_logp"])
+        if n == 0:
+            return {"train/gradient_steps": 0, "train/stopped_early": 0.0}
+        if self.algorithm.uses_reference:
+            samples["ref_logp"] = self._reference_logp(samples["obs"], samples["actions"])
+        minibatch = max(1, n // cfg.num_minibatches)
+        sums: dict[str, float] = {}
         updates, stopped_early = 0, False
-        for _ in range(cfg["update_epochs"]):
+        for _ in range(cfg.update_epochs):
             order = torch.randperm(n, generator=self.generator)
             for start in range(0, n - minibatch + 1, minibatch):
-                idx = order[start:start + minibatch]
-                logp, entropy, values = self.policy.evaluate(obs[idx], actions[idx])
-                adv = advantages[idx]
-                if cfg["normalize_advantages"]:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                ones = torch.ones_like(logp)[:, None]
-                pg_loss, pg_metrics = policy_loss(logp[:, None], old_logp[idx][:, None], adv, ones,
-                                                  cfg["clip_coef"], cfg["clip_coef"])
+                idx = order[start:start + minibatch].to(self.device)
+                rows = {k: ({o: t[idx] for o, t in v.items()} if isinstance(v, dict) else v[idx])
+                        for k, v in samples.items()}
+                loss, loss_metrics = self.algorithm.loss(self.algorithm.evaluate(self.policy, rows), rows)
                 # Checked before every step (as CleanRL does): one epoch of many small minibatches can
                 # otherwise carry the policy far past the trust region before an epoch-level check sees it.
-                if cfg["target_kl"] is not None and pg_metrics["approx_kl"] > cfg["target_kl"]:
+                if cfg.target_kl is not None and loss_metrics["approx_kl"] > cfg.target_kl:
                     stopped_early = True
                     break
-                v_loss = value_loss(values, old_values[idx], returns[idx], cfg["value_clip"])
-                loss = pg_loss - cfg["ent_coef"] * entropy.mean() + cfg["vf_coef"] * v_loss
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg["max_grad_norm"])
-                self.optimizer.step()
+                self._step(loss)
                 updates += 1
-                for name, value in (("policy_loss", pg_loss.item()), ("value_loss", v_loss.item()),
-                                    ("entropy", entropy.mean().item()), ("approx_kl", pg_metrics["approx_kl"]),
-                                    ("clip_fraction", pg_metrics["clip_fraction"])):
-                    sums[name] += value
+                for name, value in loss_metrics.items():
+                    sums[name] = sums.get(name, 0.0) + value
             if stopped_early:
                 break
-        explained = 1 - torch.var(returns - old_values) / (torch.var(returns) + 1e-8)
         metrics = {f"train/{k}": v / max(updates, 1) for k, v in sums.items()}
-        metrics.update({"train/explained_variance": explained.item(), "train/gradient_steps": updates,
-                        "train/stopped_early": float(stopped_early),
-                        "train/advantage_mean": advantages.mean().item(),
-                        "train/return_mean": returns.mean().item(),
-                        "train/reward_mean": batch["rewards"].mean().item()})
+        metrics.update({"train/gradient_steps": updates, "train/stopped_early": float(stopped_early)})
+        return metrics
+
+    def _step(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.algorithm.config.max_grad_norm)
+        self.optimizer.step()
+
+    @torch.no_grad()
+    def _reference_logp(self, obs, actions) -> torch.Tensor:
+        if self.reference is None:  # the policy as it was before its first RL update (e.g. the SFT result)
+            self.reference = copy.deepcopy(self.policy).eval()
+        logp, _, _ = self.reference.evaluate(obs, actions)
+        return logp
+
+    # --- supervised fine-tuning -----------------------------------------------------------------------------
+    def load_demonstrations(self, arrays: dict) -> int:
+        """Keep demonstration arrays for ``sft_update``: obs ``[N, ...]`` (array or dict), actions ``[N, A]`` (or
+        action chunks ``[N, K, A]``); returns N."""
+        self.demonstrations = {"obs": self._tensor(arrays["obs"]), "actions": self._tensor(arrays["actions"])}
+        return len(self.demonstrations["actions"])
+
+    def sft_update(self, gradient_steps: int) -> dict:
+        """``gradient_steps`` steps of the SFT algorithm on random minibatches of the demonstrations."""
+        self._require_onloaded("update")
+        if self.demonstrations is None:
+            raise RuntimeError(f"actor worker {self.address} has no demonstrations; call load_demonstrations first")
+        start = time.perf_counter()
+        n = len(self.demonstrations["actions"])
+        batch_size = min(self.algorithm.config.batch_size, n)
+        sums: dict[str, float] = {}
+        for _ in range(gradient_steps):
+            idx = torch.randint(n, (batch_size,), generator=self.generator).to(self.device)
+            rows = {k: ({o: t[idx] for o, t in v.items()} if isinstance(v, dict) else v[idx])
+                    for k, v in self.demonstrations.items()}
+            loss, loss_metrics = self.algorithm.loss(self.algorithm.evaluate(self.policy, rows), rows)
+            self._step(loss)
+            for name, value in loss_metrics.items():
+                sums[name] = sums.get(name, 0.0) + value
+        self.policy_version += 1
+        metrics = {f"train/{k}": v / gradient_steps for k, v in sums.items()}
+        metrics.update({"train/gradient_steps": gradient_steps, "train/policy_version": self.policy_version,
+                        "time/update_s": time.perf_counter() - start})
         return metrics
 
     # --- checkpointing --------------------------------------------------------------------------------------

@@ -20,8 +20,9 @@ class EnvWorker(Worker):
     group, this worker steps the next, so simulation and inference overlap.
     """
 
-    def __init__(self, task: str, envs_per_worker: int, env_options: dict, channel, seed: int = 0,
-                 pipeline_stages: int = 1, **kwargs):
+    def __init__(self, task: str | sim_envs.TaskEntry, envs_per_worker: int, env_options: dict, channel,
+                 seed: int = 0, pipeline_stages: int = 1, group_size: int | None = None, total_envs: int = 0,
+                 **kwargs):
         super().__init__(**kwargs)
         if not 1 <= pipeline_stages <= envs_per_worker:
             raise ValueError(f"pipeline_stages={pipeline_stages} must be between 1 and envs_per_worker="
@@ -39,6 +40,13 @@ class EnvWorker(Worker):
         self.eval_env = None
         self.seconds = {"simulating_s": 0.0, "waiting_for_actions_s": 0.0}  # see pop_seconds
         self.eval_seed = 10_000_000 + first
+        # Grouped resets (GRPO): env g of all ``total_envs`` (g = rank * envs_per_worker + i) belongs to group
+        # g // group_size; every episode of a group starts from one shared initial state.
+        self.group_size = group_size
+        self.num_groups = total_envs // group_size if group_size else 0
+        self.stage_envs = [first - seed + int(o) + np.arange(n) for n, o in zip(sizes, offsets)]
+        self.seed = seed
+        self.group_episodes = [0] * len(self.stages)  # grouped episodes each stage has started
         for stage in range(len(self.stages)):
             self.channel.subscribe(responses_key(self.rank, stage))
 
@@ -66,9 +74,26 @@ class EnvWorker(Worker):
         seconds, self.seconds = self.seconds, dict.fromkeys(self.seconds, 0.0)
         return seconds
 
+    def group_state_ids(self, stage: int) -> list[int]:
+        """Initial-state ids of this stage's envs for their next grouped episode: equal within a group, different
+        across groups and episodes (also when a group spans env workers)."""
+        groups = self.stage_envs[stage] // self.group_size
+        return [int(self.seed + self.group_episodes[stage] * self.num_groups + g) for g in groups]
+
+    def _reset_group_stage(self, stage: int):
+        obs = self.stages[stage].reset(state_ids=self.group_state_ids(stage))
+        self.group_episodes[stage] += 1
+        return obs
+
     def interact(self, num_steps: int) -> list[dict]:
-        """Run ``num_steps`` steps, put a ``Trajectory`` on the channel, return stats of finished episodes."""
+        """Run ``num_steps`` steps, put a ``Trajectory`` on the channel, return stats of finished episodes.
+
+        With grouped resets, ``num_steps`` is a multiple of the episode length (envs ignore terminations, so every
+        env ends its episodes together) and every episode starts from its group's shared initial state.
+        """
         T, stages = num_steps, range(len(self.stages))
+        if self.group_size:
+            self.stage_obs = [self._reset_group_stage(s) for s in stages]
         buffers = [TrajectoryBuffer(T, self.stage_obs[s], self.action_shape()) for s in stages]
         pending = [None] * len(self.stages)  # (step, env indices) whose final-observation values come next
         episodes: list[dict] = []
@@ -93,8 +118,11 @@ class EnvWorker(Worker):
                 ended = np.flatnonzero(batch.truncated | batch.terminated)
                 if len(ended):
                     pending[s] = (t, ended)
-                self.stage_obs[s] = batch.obs
-                self._request(s, batch.obs, obs_rows(batch.final_obs, ended) if len(ended) else None,
+                next_obs = batch.obs
+                if self.group_size and batch.truncated.all() and t + 1 < T:
+                    next_obs = self._reset_group_stage(s)  # in place of the autoreset's ungrouped initial state
+                self.stage_obs[s] = next_obs
+                self._request(s, next_obs, obs_rows(batch.final_obs, ended) if len(ended) else None,
                               want_actions=t + 1 < T)
         trajectory = merge_stages([b.to_trajectory(self.rank) for b in buffers], self.rank)
         self.channel.put(trajectory, TRAJECTORIES_KEY)

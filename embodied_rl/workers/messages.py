@@ -51,8 +51,9 @@ class StopServing:
 class Trajectory:
     """One env worker's ``T`` steps of ``b`` envs, time-major.
 
-    obs ``[T, b, D]``, actions ``[T, b, A]``, logp / values / rewards ``[T, b]`` float32,
-    terminated / truncated ``[T, b]`` bool, final_values ``[T, b]`` (V of the last observation of every episode
+    obs ``[T, b, D]`` (or a dict of ``[T, b, ...]`` arrays), actions ``[T, b, A]``, logp / values / rewards
+    ``[T, b]`` float32, terminated / truncated / success ``[T, b]`` bool (success: the task's success flag after
+    step t), final_values ``[T, b]`` (V of the last observation of every episode
     that ended at step t, terminated or truncated; 0 elsewhere: the trainer decides which ones bootstrap),
     next_value ``[b]`` (V of the observation after step T), policy_versions ``[T]`` int64
     (the version that chose each step's actions), env_rank (the producer).
@@ -65,6 +66,7 @@ class Trajectory:
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
+    success: np.ndarray
     final_values: np.ndarray
     next_value: np.ndarray
     policy_versions: np.ndarray

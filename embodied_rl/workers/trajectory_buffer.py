@@ -39,6 +39,7 @@ class TrajectoryBuffer:
         self.rewards = np.zeros((steps, b), np.float32)
         self.terminated = np.zeros((steps, b), bool)
         self.truncated = np.zeros((steps, b), bool)
+        self.success = np.zeros((steps, b), bool)
         self.final_values = np.zeros((steps, b), np.float32)
         self.versions = np.zeros(steps, np.int64)
         self.next_value = np.zeros(b, np.float32)
@@ -50,10 +51,11 @@ class TrajectoryBuffer:
 
     def record_step(self, t: int, batch) -> None:
         self.rewards[t], self.terminated[t], self.truncated[t] = batch.rewards, batch.terminated, batch.truncated
+        self.success[t] = batch.success
 
     def to_trajectory(self, env_rank: int) -> Trajectory:
         return Trajectory(self.obs, self.actions, self.logp, self.values, self.rewards, self.terminated,
-                          self.truncated, self.final_values, self.next_value, self.versions, env_rank)
+                          self.truncated, self.success, self.final_values, self.next_value, self.versions, env_rank)
 
 
 def merge_stages(parts: list[Trajectory], env_rank: int) -> Trajectory:
@@ -63,5 +65,5 @@ def merge_stages(parts: list[Trajectory], env_rank: int) -> Trajectory:
     cat = lambda name: np.concatenate([getattr(p, name) for p in parts], axis=1)  # noqa: E731
     versions = np.min(np.stack([p.policy_versions for p in parts]), axis=0)
     return Trajectory(concat_obs([p.obs for p in parts], axis=1), cat("actions"), cat("logp"), cat("values"),
-                      cat("rewards"), cat("terminated"), cat("truncated"), cat("final_values"),
+                      cat("rewards"), cat("terminated"), cat("truncated"), cat("success"), cat("final_values"),
                       np.concatenate([p.next_value for p in parts]), versions, env_rank)

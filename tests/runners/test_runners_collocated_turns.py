@@ -7,7 +7,7 @@ import pytest
 
 from embodied_rl.config import ConfigError, load_train_config
 from embodied_rl.config.schema import validate
-from embodied_rl.runners.embodied_ppo import EmbodiedPPORunner
+from embodied_rl.runners.embodied import EmbodiedRunner
 
 TINY = ["env.num_workers=1", "env.envs_per_worker=2", "env.max_episode_steps=8", "rollout.steps_per_iteration=8",
         "total_env_steps=48", "eval.every_iterations=2", "eval.num_episodes=2", "checkpoint.every_iterations=0",
@@ -18,7 +18,7 @@ def _run(tmp_path, components: dict):
     config = load_train_config("maniskill_pushcube", None, TINY)
     config.placement.components = components
     validate(config)
-    runner = EmbodiedPPORunner(config, tmp_path)
+    runner = EmbodiedRunner(config, tmp_path)
     runner.run()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     return runner.turns, rows

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from embodied_rl.config import load_train_config
-from embodied_rl.runners.embodied_ppo import EmbodiedPPORunner
+from embodied_rl.runners.embodied import EmbodiedRunner
 from embodied_rl.utils.checkpoint import list_checkpoints
 
 
@@ -16,7 +16,7 @@ def test_short_pushcube_run_improves_episode_return(cluster, tmp_path):
         "env.num_workers=4", "env.envs_per_worker=2", "rollout.steps_per_iteration=50",
         "total_env_steps=8000", "eval.every_iterations=10", "eval.num_episodes=8",
         "checkpoint.every_iterations=10", "seed=1"])
-    runner = EmbodiedPPORunner(config, tmp_path)
+    runner = EmbodiedRunner(config, tmp_path)
     final_eval = runner.run()
 
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -60,7 +60,7 @@ def channel(cluster):
 def twin_actors(channel):
     """Two actors built identically (same seed, rank 0 each)."""
     groups = [WorkerGroup(ActorWorker, f"actor-{name}", 1, cpus_per_worker=0.1, policy=SPEC,
-                          ppo=vars(PPOConfig()).copy(), channel=channel, seed=3) for name in ("a", "b")]
+                          algorithm=PPOConfig(), channel=channel, seed=3) for name in ("a", "b")]
     yield [group.workers[0] for group in groups]
     for group in groups:
         group.kill()

@@ -1,0 +1,103 @@
+"""What every embodied algorithm shares: its registry, the optimizer-loop settings, and the interface."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import torch
+
+from embodied_rl.algorithms.registry import Registry
+
+ALGORITHMS = Registry("algorithm")
+
+Problem = tuple  # (key, value, allowed): one failed range check, reported as ``algorithm.<key>=<value> ...``
+
+
+@dataclass
+class OptimizerConfig:
+    """Settings every algorithm has."""
+
+    name: str = "ppo"
+    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sft)."""
+    lr: float = 3e-4
+    """Adam learning rate."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping norm."""
+
+    def problems(self) -> Iterator[Problem]:
+        """Failed range checks as ``(key, value, allowed)``."""
+        if not self.lr > 0:
+            yield "lr", self.lr, "> 0"
+        if not self.max_grad_norm > 0:
+            yield "max_grad_norm", self.max_grad_norm, "> 0"
+
+
+@dataclass
+class UpdateConfig(OptimizerConfig):
+    """The optimizer loop of the RL algorithms: epochs of minibatches over each sampled batch."""
+
+    update_epochs: int = 4
+    """Passes over each batch."""
+    num_minibatches: int = 8
+    """Minibatches per pass."""
+    target_kl: Optional[float] = 0.1
+    """Stop an update's epochs once the approximate KL to the sampling policy exceeds this (None: never)."""
+
+    def problems(self) -> Iterator[Problem]:
+        yield from super().problems()
+        if self.update_epochs < 1:
+            yield "update_epochs", self.update_epochs, "an integer >= 1"
+        if self.num_minibatches < 1:
+            yield "num_minibatches", self.num_minibatches, "an integer >= 1"
+        if self.target_kl is not None and not self.target_kl > 0:
+            yield "target_kl", self.target_kl, "null or > 0"
+
+
+class Algorithm:
+    """The interface the actor worker calls. Subclasses register with ``@ALGORITHMS.register(name)`` and set
+    ``config_class``.
+
+    * ``select(batch)``: a raw batch of trajectories (``[T, B]`` tensors, see ``ActorWorker``) -> the part worth
+      training on, as a dict of tensors, plus metrics (GRPO drops uninformative groups here).
+    * ``enough(selected)``: whether the selected samples so far fill an update (else the runner samples more).
+    * ``prepare(selected)``: -> flat training samples ``[N, ...]``: obs, actions, old_logp, and what ``loss`` uses.
+    * ``evaluate(policy, minibatch)``: the policy's outputs the loss needs.
+    * ``loss(outputs, minibatch)``: outputs of ``policy.evaluate`` (logp ``[n]``, entropy ``[n]``, values ``[n]``)
+      -> ``(loss, metrics)``; metrics carry ``approx_kl`` for the actor's early stop.
+    """
+
+    config_class = UpdateConfig
+    uses_critic = True
+    uses_reference = False  # the actor keeps a frozen copy of the initial policy and adds ``ref_logp``
+
+    def __init__(self, config):
+        self.config = config
+
+    def select(self, batch: dict) -> tuple[dict, dict]:
+        return batch, {}
+
+    def enough(self, selected: list[dict], rounds: int) -> bool:
+        return True
+
+    def prepare(self, selected: list[dict]) -> tuple[dict, dict]:
+        raise NotImplementedError
+
+    def evaluate(self, policy, minibatch: dict) -> dict:
+        """The policy's outputs on a minibatch that ``loss`` needs (default: ``policy.evaluate`` of the stored
+        actions)."""
+        logp, entropy, values = policy.evaluate(minibatch["obs"], minibatch["actions"])
+        return dict(logp=logp, entropy=entropy, values=values)
+
+    def loss(self, outputs: dict, minibatch: dict) -> tuple[torch.Tensor, dict]:
+        raise NotImplementedError
+
+
+def algorithm_config_class(name: str):
+    """The config dataclass of algorithm ``name`` (KeyError listing the allowed names)."""
+    return ALGORITHMS.get(name).config_class
+
+
+def flat_steps(x: torch.Tensor) -> torch.Tensor:
+    """``[T, B, ...]`` -> ``[T * B, ...]``."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])

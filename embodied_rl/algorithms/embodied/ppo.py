@@ -1,0 +1,97 @@
+"""PPO with GAE and a learned critic (the CleanRL / ManiSkill baseline form), per environment step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import torch
+
+from embodied_rl.algorithms.advantages import gae
+from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, Problem, UpdateConfig, flat_steps
+from embodied_rl.algorithms.losses import policy_loss, value_loss
+
+
+@dataclass
+class PPOConfig(UpdateConfig):
+    name: str = "ppo"
+    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sft)."""
+    gamma: float = 0.8
+    """Discount factor."""
+    gae_lambda: float = 0.9
+    """GAE lambda."""
+    clip_coef: float = 0.2
+    """PPO ratio clip."""
+    value_clip: Optional[float] = None
+    """Clip value updates to this range around the old values (None: unclipped)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    normalize_advantages: bool = True
+    """Normalize advantages per minibatch."""
+    reward_scale: float = 1.0
+    """Multiply rewards by this before GAE."""
+    bootstrap_on_termination: bool = True
+    """Bootstrap from V(final observation) at terminations too (ManiSkill ends episodes at success)."""
+
+    def problems(self) -> Iterator[Problem]:
+        yield from super().problems()
+        if not 0 <= self.gamma <= 1:
+            yield "gamma", self.gamma, "0 <= gamma <= 1"
+        if not 0 <= self.gae_lambda <= 1:
+            yield "gae_lambda", self.gae_lambda, "0 <= gae_lambda <= 1"
+        if not self.clip_coef > 0:
+            yield "clip_coef", self.clip_coef, "> 0"
+        if self.value_clip is not None and not self.value_clip > 0:
+            yield "value_clip", self.value_clip, "null or > 0"
+        if self.vf_coef < 0:
+            yield "vf_coef", self.vf_coef, ">= 0"
+        if self.ent_coef < 0:
+            yield "ent_coef", self.ent_coef, ">= 0"
+
+
+def flat_obs(obs):
+    """Observation ``[T, B, ...]`` (array or dict of arrays) -> ``[T * B, ...]``."""
+    if isinstance(obs, dict):
+        return {k: flat_steps(v) for k, v in obs.items()}
+    return flat_steps(obs)
+
+
+@ALGORITHMS.register("ppo")
+class PPO(Algorithm):
+    config_class = PPOConfig
+
+    def prepare(self, selected: list[dict]) -> tuple[dict, dict]:
+        """One batch of ``[T, B]`` steps -> flat samples with GAE advantages and returns."""
+        (batch,) = selected
+        c = self.config
+        rewards = batch["rewards"] * c.reward_scale
+        dones = batch["terminated"] | batch["truncated"]
+        # ManiSkill terminates an episode at success; with dense rewards, not bootstrapping there makes
+        # success worth less than hovering next to it, and the policy learns to avoid finishing.
+        bootstrap = dones if c.bootstrap_on_termination else batch["truncated"] & ~batch["terminated"]
+        advantages, returns = gae(rewards, batch["values"], dones, batch["next_value"], c.gamma, c.gae_lambda,
+                                  truncated=bootstrap, final_values=batch["final_values"])
+        samples = dict(obs=flat_obs(batch["obs"]), actions=flat_steps(batch["actions"]),
+                       old_logp=flat_steps(batch["logp"]), old_values=flat_steps(batch["values"]),
+                       advantages=flat_steps(advantages), returns=flat_steps(returns))
+        explained = 1 - torch.var(samples["returns"] - samples["old_values"]) / (torch.var(samples["returns"]) + 1e-8)
+        metrics = {"train/explained_variance": explained.item(), "train/advantage_mean": advantages.mean().item(),
+                   "train/return_mean": returns.mean().item(), "train/reward_mean": batch["rewards"].mean().item()}
+        return samples, metrics
+
+    def loss(self, outputs: dict, minibatch: dict) -> tuple[torch.Tensor, dict]:
+        c = self.config
+        adv = minibatch["advantages"]
+        if c.normalize_advantages:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        logp = outputs["logp"]
+        ones = torch.ones_like(logp)[:, None]
+        pg_loss, pg_metrics = policy_loss(logp[:, None], minibatch["old_logp"][:, None], adv, ones,
+                                          c.clip_coef, c.clip_coef)
+        v_loss = value_loss(outputs["values"], minibatch["old_values"], minibatch["returns"], c.value_clip)
+        entropy = outputs["entropy"].mean()
+        loss = pg_loss - c.ent_coef * entropy + c.vf_coef * v_loss
+        return loss, {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "entropy": entropy.item(),
+                      "approx_kl": pg_metrics["approx_kl"], "clip_fraction": pg_metrics["clip_fraction"]}

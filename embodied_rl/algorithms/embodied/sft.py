@@ -1,0 +1,65 @@
+"""Supervised fine-tuning (behaviour cloning) on demonstrations, for any policy with ``supervised_loss``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import torch
+
+from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, OptimizerConfig, Problem
+
+DEMO_SOURCES = ("motion_planning", "path")
+
+
+@dataclass
+class SFTConfig(OptimizerConfig):
+    name: str = "sft"
+    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sft)."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    demo_source: str = "motion_planning"
+    """Where demonstrations come from: 'motion_planning' (generated and cached, see ``embodied-rl demos``) or
+    'path' (the ``.h5`` file in ``demo_path``)."""
+    demo_path: Optional[str] = None
+    """A ManiSkill trajectory file (``.h5`` with its ``.json``) when demo_source='path'."""
+    demo_episodes: int = 100
+    """Demonstrations to generate (motion_planning)."""
+    batch_size: int = 256
+    """Demonstration steps per gradient step."""
+    gradient_steps: int = 4000
+    """Gradient steps of the whole stage."""
+    steps_per_iteration: int = 500
+    """Gradient steps between two log lines (evaluations and checkpoints count these iterations)."""
+
+    def problems(self) -> Iterator[Problem]:
+        yield from super().problems()
+        if self.demo_source not in DEMO_SOURCES:
+            yield "demo_source", self.demo_source, ", ".join(DEMO_SOURCES)
+        if self.demo_source == "path" and not self.demo_path:
+            yield "demo_path", self.demo_path, "a .h5 trajectory file when demo_source='path'"
+        if self.demo_episodes < 1:
+            yield "demo_episodes", self.demo_episodes, "an integer >= 1"
+        if self.batch_size < 1:
+            yield "batch_size", self.batch_size, "an integer >= 1"
+        if self.gradient_steps < 1:
+            yield "gradient_steps", self.gradient_steps, "an integer >= 1"
+        if self.steps_per_iteration < 1:
+            yield "steps_per_iteration", self.steps_per_iteration, "an integer >= 1"
+
+
+@ALGORITHMS.register("sft")
+class SFT(Algorithm):
+    """Minibatches of demonstration steps: obs ``[n, ...]`` and the demonstrated actions ``[n, A]`` (or chunks
+    ``[n, K, A]``, as the policy predicts them)."""
+
+    config_class = SFTConfig
+    uses_critic = False
+
+    def evaluate(self, policy, minibatch: dict) -> dict:
+        return dict(loss=policy.supervised_loss(minibatch["obs"], minibatch["actions"]))
+
+    def loss(self, outputs: dict, minibatch: dict) -> tuple[torch.Tensor, dict]:
+        return outputs["loss"], {"sft_loss": outputs["loss"].item()}

@@ -1,0 +1,191 @@
+"""Training on simulator envs with any registered algorithm.
+
+RL (ppo, grpo, ...): sample through env and rollout workers, update on the actor, sync weights, repeat; an
+algorithm that filters what it samples (GRPO's dynamic sampling) may ask for more sampling rounds before it updates.
+SFT: the actor clones demonstrations; env and rollout workers only evaluate.
+
+Sampling and updating are turns on the device slots (``runners/turns.py``): where they share slots, each phase
+holds the device lock for its turn and the idle side is offloaded.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from embodied_rl.config.loader import to_yaml
+from embodied_rl.config.schema import TrainConfig
+from embodied_rl.runners.setup import start_workers
+from embodied_rl.runners.turns import PhaseTurns
+from embodied_rl.runtime import Cluster
+from embodied_rl.runtime.device_lock import DeviceLock
+from embodied_rl.runners.demonstrations import load_sft_demonstrations
+from embodied_rl.utils.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from embodied_rl.utils.metrics_log import MetricsLog
+from embodied_rl.utils.progress import TrainingProgress
+
+
+BEST_CHECKPOINT_DIR = "best_checkpoint"
+"""Where the run keeps the checkpoint of its best evaluation (highest success_once), beside checkpoints/."""
+
+
+def episode_metrics(episodes: list[dict], prefix: str) -> dict:
+    """Mean return, length, success_once and success_at_end over finished episodes, namespaced by ``prefix``."""
+    if not episodes:
+        return {}
+    out = {f"{prefix}/episodes": len(episodes)}
+    for key in ("episode_return", "episode_length", "success_once", "success_at_end"):
+        out[f"{prefix}/{key}"] = float(np.mean([e[key] for e in episodes]))
+    return out
+
+
+class EmbodiedRunner:
+    """Owns one training run in ``run_dir``: cluster, workers, logs and checkpoints."""
+
+    def __init__(self, config: TrainConfig, run_dir: Path, resume: Checkpoint | None = None):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.resume = resume
+        self.iteration = 0
+        self.env_steps = 0
+        self.last_eval: dict = {}
+        self.best_success = -1.0  # best eval success_once so far (its checkpoint is in best_checkpoint/)
+        self.turns: list = []  # the device lock's TurnRecords of the last run: who held which slots when
+
+    def steps_per_iteration(self) -> int:
+        """Env steps of one sampling round."""
+        c = self.config
+        return c.env.num_workers * c.env.envs_per_worker * c.rollout.steps_per_iteration
+
+    @property
+    def supervised(self) -> bool:
+        return self.config.algorithm.name == "sft"
+
+    def total_iterations(self) -> int:
+        """SFT: gradient steps of the stage in iterations of ``algorithm.steps_per_iteration``."""
+        a = self.config.algorithm
+        return -(-a.gradient_steps // a.steps_per_iteration)
+
+    def run(self) -> dict:
+        c = self.config
+        with Cluster(c.cluster.address, c.cluster.num_cpus) as cluster:
+            if self.resume is not None:
+                self.iteration = int(self.resume.counters.get("iteration", 0))
+                self.env_steps = int(self.resume.counters.get("env_steps", 0))
+                self.best_success = float(self.resume.counters.get("best_success_once", -1.0))
+            workers = start_workers(c, cluster, env_seed_offset=self.env_steps)
+            lock = DeviceLock.create(cluster.session_id)
+            turns = PhaseTurns(workers, lock, offload=c.placement.offload == "auto", weight_sync=c.rollout.weight_sync)
+            print(f"{workers.placement.describe()}; {turns.describe()}", file=sys.stderr, flush=True)
+            log = MetricsLog(self.run_dir)
+            progress = (TrainingProgress(self.total_iterations(), f"{c.task} sft", unit="iterations")
+                        if self.supervised else TrainingProgress(c.total_env_steps, c.task))
+            try:
+                turns.start()
+                with turns.training("setup"):
+                    if self.resume is not None:
+                        ray.get(workers.actor.call("load_training_state", self.resume.weights,
+                                                   self.resume.trainer_state))
+                    elif c.init_from:
+                        ray.get(workers.actor.call("load_training_state", load_checkpoint(c.init_from).weights,
+                                                   None))
+                    if self.supervised:
+                        ray.get(workers.actor.call("load_demonstrations", load_sft_demonstrations(c)))
+                    turns.publish_weights()
+                if self.supervised:
+                    self._sft_loop(workers, turns, log, progress)
+                else:
+                    self._loop(workers, turns, log, progress)
+                turns.close()
+            finally:
+                self.turns = lock.turns()
+                lock.close()
+                progress.close()
+                log.close()
+                workers.shutdown()
+        return self.last_eval
+
+    def _loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
+        c = self.config
+        start_steps, start_time = self.env_steps, time.perf_counter()
+        while self.env_steps < c.total_env_steps:
+            t0 = time.perf_counter()
+            episodes, sample_s, update_s = [], 0.0, 0.0
+            while True:  # sampling rounds until the algorithm has enough to update on
+                with turns.sampling("sample"):
+                    t_sample = time.perf_counter()
+                    episodes += workers.sample(c.rollout.steps_per_iteration)
+                    sample_s += time.perf_counter() - t_sample
+                self.env_steps += self.steps_per_iteration()
+                with turns.training("update"):
+                    t_update = time.perf_counter()
+                    metrics = ray.get(workers.actor.call("update", len(workers.env))[0])
+                    update_s += time.perf_counter() - t_update
+                    if not metrics["train/needs_more"]:
+                        turns.publish_weights()
+                if not metrics["train/needs_more"] or self.env_steps >= c.total_env_steps:
+                    break
+            t3 = time.perf_counter()
+            self.iteration += 1
+            metrics.update(episode_metrics(episodes, "train"))
+            timings = turns.pop_timings()
+            metrics.update(timings)
+            metrics.update({"time/sample_s": sample_s, "time/update_wall_s": update_s,
+                            "time/sync_s": timings.get("time/sync_install_s", 0.0)
+                            + timings.get("time/sync_publish_s", 0.0) + timings.get("time/sync_broadcast_s", 0.0),
+                            "time/turn_switch_s": (t3 - t0) - sample_s - update_s,
+                            "time/sample_steps_per_s": self.steps_per_iteration() * metrics.get(
+                                "train/sampling_rounds", 1) / max(sample_s, 1e-9),
+                            "time/steps_per_s": (self.env_steps - start_steps) / (t3 - start_time),
+                            "train/iteration": self.iteration, "time/elapsed_s": t3 - start_time})
+            self._after_iteration(workers, turns, log, metrics, self.env_steps >= c.total_env_steps)
+            progress.update(self.env_steps, self.last_eval.get("eval/success_once"))
+
+    def _sft_loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
+        a = self.config.algorithm
+        start_time = time.perf_counter()
+        while self.iteration < self.total_iterations():
+            steps = min(a.steps_per_iteration, a.gradient_steps - self.iteration * a.steps_per_iteration)
+            with turns.training("update"):
+                metrics = ray.get(workers.actor.call("sft_update", steps)[0])
+                turns.publish_weights()
+            self.iteration += 1
+            metrics.update(turns.pop_timings())
+            metrics.update({"train/iteration": self.iteration, "time/elapsed_s": time.perf_counter() - start_time})
+            self._after_iteration(workers, turns, log, metrics, self.iteration >= self.total_iterations())
+            progress.update(self.iteration, self.last_eval.get("eval/success_once"))
+
+    def _after_iteration(self, workers, turns: PhaseTurns, log: MetricsLog, metrics: dict, finished: bool) -> None:
+        """Evaluate, log and checkpoint on their schedules (and always at the end); keep the best checkpoint."""
+        c = self.config
+        evaluated = False
+        if finished or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
+            t4 = time.perf_counter()
+            with turns.sampling("evaluate"):
+                self.last_eval = episode_metrics(workers.evaluate(c.eval.num_episodes), "eval")
+            self.last_eval["time/eval_s"] = time.perf_counter() - t4
+            metrics.update(self.last_eval)
+            evaluated = True
+        if finished or self.iteration % c.log_every_iterations == 0:
+            log.log(metrics, self.env_steps)
+        if evaluated and self.last_eval.get("eval/success_once", -1.0) > self.best_success:
+            self.best_success = self.last_eval["eval/success_once"]
+            with turns.training("checkpoint"):
+                self.save(workers, self.run_dir / BEST_CHECKPOINT_DIR, keep_last=1)
+        if finished or (c.checkpoint.every_iterations and self.iteration % c.checkpoint.every_iterations == 0):
+            with turns.training("checkpoint"):
+                self.save(workers)
+
+    def save(self, workers, directory: Path | None = None, keep_last: int | None = None) -> Path:
+        """Checkpoint into ``directory`` (default ``run_dir/checkpoints``)."""
+        state = ray.get(workers.actor.call("training_state")[0])
+        counters = {"iteration": self.iteration, "env_steps": self.env_steps, "policy_spec": workers.policy_spec,
+                    "task": self.config.task, "best_success_once": self.best_success,
+                    "eval": {k: v for k, v in self.last_eval.items() if k.startswith("eval/")}}
+        return save_checkpoint(directory or self.run_dir / "checkpoints", self.iteration, state["weights"],
+                               state["trainer_state"], counters, to_yaml(self.config),
+                               keep_last or self.config.checkpoint.keep_last)

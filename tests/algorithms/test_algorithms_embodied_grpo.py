@@ -1,0 +1,67 @@
+"""Embodied GRPO: episodes cut from lock-step batches, scores, per-group advantages on every step, filtering."""
+
+import pytest
+import torch
+
+from embodied_rl.algorithms.embodied.grpo import GRPO, GRPOConfig, episode_length, success_scores, to_episodes
+
+
+def _batch(success_at: dict, T=4, B=4, L=2):
+    """A lock-step batch: B envs, episodes of L steps; ``success_at[(episode, env)] = step`` where it succeeds."""
+    done = torch.zeros(T, B, dtype=torch.bool)
+    done[L - 1::L] = True
+    success = torch.zeros(T, B, dtype=torch.bool)
+    for (episode, env), step in success_at.items():
+        success[episode * L + step, env] = True
+    obs = (10 * torch.arange(T)[:, None] + torch.arange(B)[None, :]).float()[..., None]
+    # obs value = 10 * t + b, to trace rows
+    return dict(obs=obs, actions=obs.clone(), logp=torch.zeros(T, B), rewards=torch.ones(T, B),
+                terminated=torch.zeros(T, B, dtype=torch.bool), truncated=done, success=success)
+
+
+def test_episode_length_and_episode_major_group_contiguous_layout():
+    batch = _batch({})
+    assert episode_length(batch["truncated"]) == 2
+    episodes = to_episodes(batch["obs"], 2)[..., 0]
+    # Episode slot 0 of envs 0..3, then slot 1 of envs 0..3; each row holds that env's two steps.
+    assert episodes.tolist() == [[0, 10], [1, 11], [2, 12], [3, 13], [20, 30], [21, 31], [22, 32], [23, 33]]
+
+
+def test_unaligned_episodes_are_refused():
+    batch = _batch({})
+    batch["truncated"][1, 2] = False
+    with pytest.raises(ValueError, match="lock-step"):
+        episode_length(batch["truncated"])
+
+
+def test_success_scores_and_steps_after_the_first_success_are_masked():
+    success = torch.tensor([[False, True, False, True], [False, False, False, False]])
+    scores, valid = success_scores(success)
+    assert scores.tolist() == [1.0, 0.0]
+    assert valid.tolist() == [[True, True, False, False], [True, True, True, True]]
+
+
+def test_advantages_are_per_group_and_broadcast_to_every_trained_step():
+    # Groups of 2 envs: (env 0, env 1) and (env 2, env 3). Episode slot 0: env 0 succeeds at step 0, env 2 at
+    # step 1; slot 1: nobody succeeds (both groups uninformative, filtered out).
+    algorithm = GRPO(GRPOConfig(group_size=2, filter_groups=True))
+    selected, metrics = algorithm.select(_batch({(0, 0): 0, (0, 2): 1}))
+    assert metrics["train/groups_sampled"] == 4 and metrics["train/groups_kept"] == 2
+    assert selected["scores"].tolist() == [1.0, 0.0, 1.0, 0.0]
+    samples, _ = algorithm.prepare([selected])
+    # Scores (1, 0) in a group: mean 0.5, std (unbiased) 0.7071 -> advantages +0.7071 / -0.7071.
+    a = 0.5 / 0.5 ** 0.5
+    # env 0 trains on its step 0 only (it succeeded there), env 1 on both steps, env 2 on steps 0-1, env 3 both.
+    assert samples["obs"][:, 0].tolist() == [0, 1, 11, 2, 12, 3, 13]
+    assert samples["advantages"] == pytest.approx(torch.tensor([a, -a, -a, a, a, -a, -a]), abs=1e-4)
+
+
+def test_filtered_groups_ask_for_more_rounds_and_refill_up_to_one_round():
+    algorithm = GRPO(GRPOConfig(group_size=2, max_sampling_rounds=3))
+    first, _ = algorithm.select(_batch({(0, 0): 0}))  # 1 of 4 groups informative
+    assert not algorithm.enough([first], rounds=1)
+    second, _ = algorithm.select(_batch({(0, 0): 0, (0, 2): 0, (1, 0): 1, (1, 3): 1}))  # 4 of 4
+    assert algorithm.enough([first, second], rounds=2)
+    samples, metrics = algorithm.prepare([first, second])
+    assert metrics["train/groups_trained"] == 4  # one round's worth: 1 from the first round + 3 of the second
+    assert algorithm.enough([first], rounds=3)  # the round limit ends the search
