@@ -1,15 +1,16 @@
-"""Simulator tasks behind one registry: ``make(task_name, num_envs, **overrides)`` and ``list_tasks()``.
+"""Simulator tasks behind one registry: ``make(task, num_envs, **overrides)`` (a name or a ``TaskEntry``),
+``get_task(name)`` and ``list_tasks()``.
 
 Importing this package registers the built-in tasks; it imports no runtime code.
 """
 
 from sim_envs.errors import SimulatorUnavailableError, TaskConfigError
-from sim_envs.registry import get_task, list_tasks, make, register_task
+from sim_envs.registry import TaskEntry, get_task, list_tasks, make, register_task
 from sim_envs.vector_env import StepBatch, VectorEnv
 
 from sim_envs.maniskill import tasks as _maniskill_tasks  # noqa: F401  (registers tasks)
 
 __all__ = [
-    "make", "list_tasks", "get_task", "register_task", "StepBatch", "VectorEnv",
+    "make", "list_tasks", "get_task", "register_task", "TaskEntry", "StepBatch", "VectorEnv",
     "TaskConfigError", "SimulatorUnavailableError",
 ]

@@ -5,6 +5,10 @@ Adding a task is one decorated function::
     @register_task("maniskill_pushcube", description="Push a cube to a goal region")
     def pushcube(num_envs: int, **overrides) -> VectorEnv:
         return make_maniskill("PushCube-v1", num_envs, **overrides)
+
+A task's ``TaskEntry`` is what travels to the processes that build its envs (``make`` takes an entry as well as a
+name), so a task registered only in the driver (even in its ``__main__``) reaches workers that never ran the
+decorator.
 """
 
 from __future__ import annotations
@@ -18,23 +22,33 @@ from sim_envs.vector_env import VectorEnv
 
 @dataclass(frozen=True)
 class TaskEntry:
+    """A registered task. Picklable (with cloudpickle when ``factory`` lives in ``__main__``), so it can be sent
+    to another process and built there with ``make(entry, ...)``."""
+
     name: str
     factory: Callable[..., VectorEnv]
     description: str
     simulator: str
     env_id: str | None = None
+    builtin: bool = False  # shipped with sim_envs (the trainer then requires a recipe for it)
 
 
 _TASKS: dict[str, TaskEntry] = {}
 
 
-def register_task(name: str, description: str = "", simulator: str = "", env_id: str | None = None):
-    """Decorator registering ``factory(num_envs, **overrides) -> VectorEnv`` under ``name``."""
+def register_task(name: str, description: str = "", simulator: str = "", env_id: str | None = None,
+                  builtin: bool = False):
+    """Decorator registering ``factory(num_envs, **overrides) -> VectorEnv`` under ``name``.
+
+    Training a task you register yourself starts from the schema defaults (``embodied_rl/config/schema.py``),
+    then your ``--config`` file and ``key=value`` overrides: only built-in tasks (``builtin=True``, the ones in
+    ``sim_envs/``) have recipes, and each must have one (``embodied_rl/configs/<name>.yaml``).
+    """
 
     def decorate(factory):
         if name in _TASKS:
             raise ValueError(f"task {name!r} is already registered")
-        _TASKS[name] = TaskEntry(name, factory, description, simulator, env_id)
+        _TASKS[name] = TaskEntry(name, factory, description, simulator, env_id, builtin)
         return factory
 
     return decorate
@@ -50,8 +64,10 @@ def get_task(name: str) -> TaskEntry:
     return _TASKS[name]
 
 
-def make(task_name: str, num_envs: int = 1, **overrides) -> VectorEnv:
-    """Build the vector env of ``task_name`` with ``num_envs`` envs."""
+def make(task: str | TaskEntry, num_envs: int = 1, **overrides) -> VectorEnv:
+    """Build the vector env of ``task`` (a registered name, or a ``TaskEntry`` from ``get_task``, which need not
+    be registered in this process) with ``num_envs`` envs."""
     if not isinstance(num_envs, int) or num_envs < 1:
         raise TaskConfigError(f"num_envs must be a positive integer, got {num_envs!r}")
-    return get_task(task_name).factory(num_envs, **overrides)
+    entry = task if isinstance(task, TaskEntry) else get_task(task)
+    return entry.factory(num_envs, **overrides)

@@ -1,4 +1,5 @@
-"""Typed configuration: dataclass schema, YAML recipes in ``configs/``, ``key=value`` overrides, validation."""
+"""Typed configuration: dataclass schema, YAML recipes in ``embodied_rl/configs/``, ``key=value`` overrides,
+validation."""
 
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.loader import load_train_config

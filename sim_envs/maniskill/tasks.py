@@ -1,4 +1,7 @@
-"""ManiSkill3 tasks in the registry. Each task is one decorated function."""
+"""ManiSkill3 tasks in the registry. Each task is one decorated function.
+
+These are built-in tasks (``builtin=True``): each has a recipe ``embodied_rl/configs/<task>.yaml``.
+"""
 
 from __future__ import annotations
 
@@ -23,33 +26,37 @@ def make_maniskill(env_id: str, num_envs: int, **overrides):
     return InProcessManiSkillEnvs(env_id, num_envs, options)
 
 
-@register_task("maniskill_pushcube", "Push a cube onto a goal region (Panda)", "maniskill", "PushCube-v1")
+@register_task("maniskill_pushcube", "Push a cube onto a goal region (Panda)", "maniskill", "PushCube-v1",
+               builtin=True)
 def pushcube(num_envs: int, **overrides):
     return make_maniskill("PushCube-v1", num_envs, **overrides)
 
 
-@register_task("maniskill_pickcube", "Pick up a cube and move it to a goal position (Panda)", "maniskill", "PickCube-v1")
+@register_task("maniskill_pickcube", "Pick up a cube and move it to a goal position (Panda)", "maniskill",
+               "PickCube-v1", builtin=True)
 def pickcube(num_envs: int, **overrides):
     return make_maniskill("PickCube-v1", num_envs, **overrides)
 
 
-@register_task("maniskill_stackcube", "Stack a red cube on a green cube (Panda)", "maniskill", "StackCube-v1")
+@register_task("maniskill_stackcube", "Stack a red cube on a green cube (Panda)", "maniskill", "StackCube-v1",
+               builtin=True)
 def stackcube(num_envs: int, **overrides):
     return make_maniskill("StackCube-v1", num_envs, **overrides)
 
 
-@register_task("maniskill_pullcube", "Pull a cube back to a goal region (Panda)", "maniskill", "PullCube-v1")
+@register_task("maniskill_pullcube", "Pull a cube back to a goal region (Panda)", "maniskill", "PullCube-v1",
+               builtin=True)
 def pullcube(num_envs: int, **overrides):
     return make_maniskill("PullCube-v1", num_envs, **overrides)
 
 
 @register_task("maniskill_peginsertionside", "Insert a peg into a hole from the side (Panda)", "maniskill",
-               "PegInsertionSide-v1")
+               "PegInsertionSide-v1", builtin=True)
 def peginsertionside(num_envs: int, **overrides):
     return make_maniskill("PegInsertionSide-v1", num_envs, **overrides)
 
 
 @register_task("maniskill_picksingleycb", "Pick up a YCB object (needs the ycb asset download)", "maniskill",
-               "PickSingleYCB-v1")
+               "PickSingleYCB-v1", builtin=True)
 def picksingleycb(num_envs: int, **overrides):
     return make_maniskill("PickSingleYCB-v1", num_envs, **overrides)
