@@ -57,3 +57,13 @@ def typed_algorithm(sections: list[dict], recipe: dict | None = None):
         key = getattr(error, "full_key", None) or ""
         message = str(error).strip().splitlines()[0]
         raise ConfigError(f"algorithm.{key}: {message}" if key else f"algorithm: {message}") from None
+
+
+def keys_of(name: str, section: dict) -> dict:
+    """The entries of ``section`` that algorithm ``name`` has (its name excluded; unknown names keep nothing)."""
+    from embodied_rl.algorithms.embodied import ALGORITHMS
+
+    if name not in ALGORITHMS:
+        return {}
+    allowed = {f.name for f in fields(ALGORITHMS.get(name).config_class)} - {"name"}
+    return {k: v for k, v in section.items() if k in allowed}

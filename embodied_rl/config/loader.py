@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from embodied_rl.config.algorithm_section import split_algorithm, typed_algorithm
+from embodied_rl.config.algorithm_section import DEFAULT_ALGORITHM, keys_of, split_algorithm, typed_algorithm
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.schema import TrainConfig, validate
 
@@ -63,8 +63,13 @@ def _load_yaml(path: Path):
 
 
 def load_train_config(task: str | None = None, config_file: str | None = None,
-                      overrides: list[str] | None = None) -> TrainConfig:
-    """Resolve a run's configuration; every problem becomes a ``ConfigError`` naming the key."""
+                      overrides: list[str] | None = None, stage: dict | None = None) -> TrainConfig:
+    """Resolve a run's configuration; every problem becomes a ``ConfigError`` naming the key.
+
+    ``stage``: one entry of a recipe's ``stages`` (see ``embodied_rl.config.stages``), merged over the recipe and
+    the user's file, under the command line; the user's algorithm keys then apply only where the stage's algorithm
+    has them.
+    """
     overrides = list(overrides or [])
     for item in overrides:
         if "=" not in item:
@@ -83,13 +88,23 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
             merged.task = chosen_task
         if user_file is not None:
             merged = OmegaConf.merge(merged, user_file)
+        stage_algorithm: dict = {}
+        if stage is not None:
+            stage_config, stage_algorithm = split_algorithm(OmegaConf.create(stage))
+            merged = OmegaConf.merge(merged, stage_config, {"stages": []})
         merged = OmegaConf.merge(merged, cli)
         if task:
             merged.task = task
         config: TrainConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as error:
         raise ConfigError(_one_line(error)) from None
-    config.algorithm = typed_algorithm([user_algorithm, cli_algorithm], recipe=recipe_algorithm)
+    if stage is not None:
+        name = stage_algorithm.get("name", recipe_algorithm.get("name", DEFAULT_ALGORITHM))
+        user_algorithm, cli_algorithm = (keys_of(name, section) for section in (user_algorithm, cli_algorithm))
+        config.algorithm = typed_algorithm([stage_algorithm, user_algorithm, cli_algorithm],
+                                           recipe=recipe_algorithm)
+    else:
+        config.algorithm = typed_algorithm([user_algorithm, cli_algorithm], recipe=recipe_algorithm)
     validate(config)
     return config
 

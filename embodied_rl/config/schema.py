@@ -124,6 +124,10 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
+    stages: List[Any] = field(default_factory=list)
+    """A staged recipe: runs one after another, each a mapping of config keys over this config (e.g.
+    ``{name: sft, algorithm: {name: sft}}`` then ``{name: rl, algorithm: {name: grpo}, total_env_steps: 200000}``),
+    each starting from the previous stage's best checkpoint; empty: one run of this config."""
 
 
 def _require(condition: bool, key: str, value, allowed: str) -> None:

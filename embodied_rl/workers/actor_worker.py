@@ -98,7 +98,9 @@ class ActorWorker(Worker):
 
     def _tensor(self, value):
         if isinstance(value, dict):
-            return {k: torch.as_tensor(v).to(self.device) for k, v in value.items()}
+            return {k: self._tensor(v) for k, v in value.items()}
+        if isinstance(value, np.ndarray) and not value.flags.writeable:
+            value = value.copy()  # arrays read from shared memory or h5 files may be read-only
         return torch.as_tensor(value).to(self.device)
 
     def _optimize(self, samples: dict) -> dict:

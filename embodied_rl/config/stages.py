@@ -1,0 +1,77 @@
+"""Staged recipes: a config whose ``stages`` list chains runs (e.g. SFT on demonstrations, then GRPO).
+
+Each stage is a mapping of config keys merged over the recipe and the user's file; its ``name`` labels it. The
+command line applies to every stage, except ``algorithm.*`` keys, which reach the stages whose algorithm has them
+(a key no stage's algorithm has is refused), and ``stages.N.<key>=value``, which sets a key of stage N only.
+``stages=[]`` runs the recipe's base config as one run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+
+from embodied_rl.config.algorithm_section import DEFAULT_ALGORITHM, keys_of
+from embodied_rl.config.errors import ConfigError
+from embodied_rl.config.loader import load_train_config
+from embodied_rl.config.schema import TrainConfig
+
+
+@dataclass
+class Stage:
+    name: str
+    config: TrainConfig
+
+
+def _split_overrides(overrides: list[str]) -> tuple[list[str], dict, dict[int, list[str]]]:
+    common, algorithm, per_stage = [], {}, {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key.startswith("algorithm."):
+            algorithm[key[len("algorithm."):]] = item
+        elif key.startswith("stages.") and key.count(".") >= 2:
+            index, _, rest = key[len("stages."):].partition(".")
+            if not index.isdigit():
+                raise ConfigError(f"{key}: stages are numbered from 0 (e.g. stages.1.total_env_steps=100000)")
+            per_stage.setdefault(int(index), []).append(f"{rest}={value}")
+        else:
+            common.append(item)
+    return common, algorithm, per_stage
+
+
+def load_stages(task: str | None = None, config_file: str | None = None,
+                overrides: list[str] | None = None) -> tuple[TrainConfig, list[Stage]]:
+    """The base config (with its ``stages``) and the runs a training command makes: one per stage of a staged
+    recipe, else one named 'train'."""
+    overrides = list(overrides or [])
+    common, algorithm, per_stage = _split_overrides(overrides)
+    base = load_train_config(task, config_file, common)
+    if not base.stages:
+        single = load_train_config(task, config_file, overrides)
+        return single, [Stage("train", single)]
+    if "name" in algorithm:
+        raise ConfigError("algorithm.name: this recipe runs stages ("
+                          f"{', '.join(str(s.get('name', i)) for i, s in enumerate(base.stages))}); choose a stage's "
+                          "algorithm with stages.N.algorithm.name=..., or run one config with stages=[]")
+    for index in per_stage:
+        if index >= len(base.stages):
+            raise ConfigError(f"stages.{index}: this recipe has stages 0-{len(base.stages) - 1}")
+    stages, used = [], set()
+    for index, raw in enumerate(base.stages):
+        entry = OmegaConf.create(raw)
+        for item in per_stage.get(index, []):
+            key, _, value = item.partition("=")
+            OmegaConf.update(entry, key, OmegaConf.from_dotlist([f"value={value}"]).value, force_add=True)
+        entry = OmegaConf.to_container(entry, resolve=True)
+        name = str(entry.pop("name", f"stage{index}"))
+        algorithm_name = (entry.get("algorithm") or {}).get("name", DEFAULT_ALGORITHM)
+        mine = keys_of(algorithm_name, {k: v for k, v in algorithm.items()})
+        used |= set(mine)
+        config = load_train_config(task, config_file, common + list(mine.values()), stage=entry)
+        stages.append(Stage(f"{index}-{name}", config))
+    unused = sorted(set(algorithm) - used)
+    if unused:
+        names = ", ".join(s.config.algorithm.name for s in stages)
+        raise ConfigError(f"algorithm.{unused[0]} is not a key of any stage's algorithm ({names})")
+    return base, stages
