@@ -89,8 +89,8 @@ def _run_stages(stages: list, directory: Path, resume: bool) -> dict:
         else:
             config = stage.config
             if config.init_from is None and previous is not None:
-                best = previous / BEST_CHECKPOINT_DIR
-                config.init_from = str(best if list_checkpoints(best) else previous)
+                best = list_checkpoints(previous / BEST_CHECKPOINT_DIR)
+                config.init_from = str(best[-1] if best else previous)
             again = resume and bool(list_checkpoints(stage_dir / "checkpoints"))
             if not again:
                 if stage_dir.exists():

@@ -67,8 +67,8 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
     """Resolve a run's configuration; every problem becomes a ``ConfigError`` naming the key.
 
     ``stage``: one entry of a recipe's ``stages`` (see ``embodied_rl.config.stages``), merged over the recipe and
-    the user's file, under the command line; the user's algorithm keys then apply only where the stage's algorithm
-    has them.
+    the user's file (a stage's own keys are the more specific), under the command line; the file's and the command
+    line's algorithm keys then apply only where the stage's algorithm has them.
     """
     overrides = list(overrides or [])
     for item in overrides:
@@ -101,7 +101,7 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
     if stage is not None:
         name = stage_algorithm.get("name", recipe_algorithm.get("name", DEFAULT_ALGORITHM))
         user_algorithm, cli_algorithm = (keys_of(name, section) for section in (user_algorithm, cli_algorithm))
-        config.algorithm = typed_algorithm([stage_algorithm, user_algorithm, cli_algorithm],
+        config.algorithm = typed_algorithm([user_algorithm, stage_algorithm, cli_algorithm],
                                            recipe=recipe_algorithm)
     else:
         config.algorithm = typed_algorithm([user_algorithm, cli_algorithm], recipe=recipe_algorithm)
