@@ -180,6 +180,13 @@ def validate(config: TrainConfig) -> None:
 
 def _validate_algorithm(c: TrainConfig) -> None:
     a = c.algorithm
+    chunk = c.policy.options.get("action_chunk", 1)
+    _require(isinstance(chunk, int) and chunk >= 1 and c.rollout.steps_per_iteration % chunk == 0,
+             "policy.options.action_chunk", chunk, f"a divisor of rollout.steps_per_iteration "
+             f"({c.rollout.steps_per_iteration})")
+    if hasattr(a, "group_size") and c.env.max_episode_steps:
+        _require(c.env.max_episode_steps % chunk == 0, "policy.options.action_chunk", chunk,
+                 f"a divisor of env.max_episode_steps ({c.env.max_episode_steps}) for grouped episodes")
     for key, value, allowed in a.problems():
         _require(False, f"algorithm.{key}", value, allowed)
     envs = c.env.num_workers * c.env.envs_per_worker

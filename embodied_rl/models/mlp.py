@@ -1,9 +1,11 @@
-"""Gaussian MLP actor-critic for state observations (the architecture of ManiSkill's PPO baseline)."""
+"""Gaussian MLP actor-critic for state observations (the architecture of ManiSkill's PPO baseline), optionally
+predicting action chunks, on a chosen subset of the state vector, normalised by demonstration statistics."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 from torch.distributions import Normal
@@ -26,34 +28,65 @@ def _mlp(sizes: list[int], out_gain: float) -> nn.Sequential:
 
 @POLICIES.register("mlp")
 class MLPActorCritic(nn.Module):
-    """Actor: obs ``[B, D]`` -> Gaussian mean ``[B, A]`` with a state-independent log std; critic: obs -> ``[B]``."""
+    """Actor: obs ``[B, D]`` -> Gaussian mean ``[B, A]`` (or ``[B, K, A]`` with ``action_chunk`` K > 1: K actions
+    executed open loop) with a state-independent log std; critic: obs -> ``[B]``.
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes=(256, 256, 256), init_log_std: float = -0.5):
+    ``obs_indices`` picks the state features the networks see (None: all D); ``obs_mean`` / ``obs_std`` buffers
+    (identity until ``set_observation_normalization``) normalise them and travel with the weights.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes=(256, 256, 256), init_log_std: float = -0.5,
+                 action_chunk: int = 1, obs_indices: list | None = None):
         super().__init__()
         hidden = list(hidden_sizes)
-        self.actor_mean = _mlp([obs_dim, *hidden, action_dim], out_gain=0.01 * math.sqrt(2))
-        self.critic = _mlp([obs_dim, *hidden, 1], out_gain=1.0)
-        self.actor_log_std = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
+        self.action_dim, self.action_chunk = action_dim, int(action_chunk)
+        if obs_indices is not None and not all(0 <= int(i) < obs_dim for i in obs_indices):
+            raise ValueError(f"obs_indices must lie in 0..{obs_dim - 1}, got {list(obs_indices)}")
+        self.register_buffer("obs_indices", torch.as_tensor(list(obs_indices if obs_indices is not None
+                                                                 else range(obs_dim)), dtype=torch.long))
+        features = len(self.obs_indices)
+        self.register_buffer("obs_mean", torch.zeros(features))
+        self.register_buffer("obs_std", torch.ones(features))
+        outputs = action_dim * self.action_chunk
+        self.actor_mean = _mlp([features, *hidden, outputs], out_gain=0.01 * math.sqrt(2))
+        self.critic = _mlp([features, *hidden, 1], out_gain=1.0)
+        self.actor_log_std = nn.Parameter(torch.full((1, outputs), float(init_log_std)))
+
+    def set_observation_normalization(self, obs: np.ndarray) -> None:
+        """Normalise by the mean and standard deviation of ``obs`` ``[N, D]`` (e.g. demonstrations)."""
+        selected = torch.as_tensor(np.asarray(obs), dtype=torch.float32)[:, self.obs_indices.cpu()]
+        self.obs_mean.copy_(selected.mean(dim=0))
+        self.obs_std.copy_(selected.std(dim=0).clamp(min=1e-3))
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs[:, self.obs_indices] - self.obs_mean) / self.obs_std
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        return self.critic(self.features(obs)).squeeze(-1)
 
     def distribution(self, obs: torch.Tensor) -> Normal:
-        mean = self.actor_mean(obs)
+        """Over the flat decision ``[B, K * A]``."""
+        mean = self.actor_mean(self.features(obs))
         return Normal(mean, self.actor_log_std.expand_as(mean).exp())
+
+    def _shaped(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat.view(-1, self.action_chunk, self.action_dim) if self.action_chunk > 1 else flat
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False):
-        """obs ``[B, D]`` -> actions ``[B, A]``, log-probs ``[B]``, values ``[B]``."""
+        """obs ``[B, D]`` -> actions ``[B, A]`` (``[B, K, A]`` for chunks), log-probs ``[B]``, values ``[B]``."""
         dist = self.distribution(obs)
         actions = dist.mean if deterministic else dist.sample()
-        return actions, dist.log_prob(actions).sum(-1), self.value(obs)
+        return self._shaped(actions), dist.log_prob(actions).sum(-1), self.value(obs)
 
     def supervised_loss(self, obs: torch.Tensor, target_actions: torch.Tensor) -> torch.Tensor:
-        """Behaviour cloning: mean squared error between the action mean ``[B, A]`` and ``target_actions``."""
-        return nn.functional.mse_loss(self.distribution(obs).mean, target_actions)
+        """Behaviour cloning: mean squared error between the action mean and ``target_actions`` ``[B, A]`` (or
+        ``[B, K, A]``)."""
+        return nn.functional.mse_loss(self.distribution(obs).mean, target_actions.reshape(len(obs), -1))
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
-        """Log-probs ``[B]``, entropies ``[B]`` and values ``[B]`` of ``actions`` ``[B, A]`` under the current policy."""
+        """Log-probs ``[B]``, entropies ``[B]`` and values ``[B]`` of ``actions`` ``[B, A]`` (or ``[B, K, A]``)
+        under the current policy."""
         dist = self.distribution(obs)
-        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1), self.value(obs)
+        flat = actions.reshape(len(obs), -1)
+        return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), self.value(obs)

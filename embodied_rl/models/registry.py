@@ -16,5 +16,6 @@ def policy_options(name: str) -> list[str]:
     import inspect
 
     common = {"self", "obs_dim", "action_dim", "hidden_sizes", "init_log_std"}
+    # (action_chunk and obs_indices are options: policies that have them list them in their signature)
     parameters = inspect.signature(POLICIES.get(name).__init__).parameters
     return [p for p in parameters if p not in common and parameters[p].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]

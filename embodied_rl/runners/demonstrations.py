@@ -31,9 +31,14 @@ def demonstrations_path(config: TrainConfig) -> Path:
 
 
 def load_sft_demonstrations(config: TrainConfig) -> dict:
-    """``{"obs": [N, D], "actions": [N, A]}`` of every demonstrated step (rgb observations as a dict)."""
+    """``{"obs": [N, D], "actions": [N, A]}`` of every demonstrated step (rgb observations as a dict); for a policy
+    with action chunks of K steps, actions ``[N, K, A]``: each step's action and the K - 1 after it in its episode
+    (the last action repeated past the episode's end)."""
     from embodied_rl.demos.dataset import load_demos
+    from embodied_rl.runners.setup import action_chunk
 
     data = load_demos(demonstrations_path(config))
     obs = data.obs if data.rgb is None or config.env.obs_mode == "state" else {"state": data.obs, "rgb": data.rgb}
-    return {"obs": obs, "actions": data.actions}
+    chunk = action_chunk(config)
+    actions = data.actions if chunk == 1 else data.action_chunks(chunk)[0]
+    return {"obs": obs, "actions": actions}

@@ -23,6 +23,11 @@ def grouped(config: TrainConfig) -> bool:
     return hasattr(config.algorithm, "group_size")
 
 
+def action_chunk(config: TrainConfig) -> int:
+    """Simulator steps per policy decision (``policy.options.action_chunk``, 1 without chunks)."""
+    return int(config.policy.options.get("action_chunk", 1))
+
+
 def env_options(config: TrainConfig) -> dict:
     e = config.env
     options = dict(obs_mode=e.obs_mode, control_mode=e.control_mode, reward_mode=e.reward_mode,
@@ -134,6 +139,7 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
                       pipeline_stages=config.env.pipeline_stages, cpu_slots=cores("env"), gpu_slots=gpus("env"),
                       group_size=config.algorithm.group_size if grouped(config) else None,
                       total_envs=config.env.num_workers * config.env.envs_per_worker,
+                      action_chunk=action_chunk(config),
                       node_ids=node_ids_for(config, "env"))
     obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
                                        env.workers[0].action_shape.remote()])

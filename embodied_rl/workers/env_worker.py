@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 import sim_envs
+from embodied_rl.workers.action_chunks import step_decision
 from embodied_rl.workers.messages import (REQUESTS_KEY, TRAJECTORIES_KEY, PolicyRequest, responses_key)
 from embodied_rl.workers.trajectory_buffer import TrajectoryBuffer, merge_stages
 from embodied_rl.runtime import Worker
@@ -22,12 +23,13 @@ class EnvWorker(Worker):
 
     def __init__(self, task: str | sim_envs.TaskEntry, envs_per_worker: int, env_options: dict, channel,
                  seed: int = 0, pipeline_stages: int = 1, group_size: int | None = None, total_envs: int = 0,
-                 **kwargs):
+                 action_chunk: int = 1, **kwargs):
         super().__init__(**kwargs)
         if not 1 <= pipeline_stages <= envs_per_worker:
             raise ValueError(f"pipeline_stages={pipeline_stages} must be between 1 and envs_per_worker="
                              f"{envs_per_worker}")
         self.task = task
+        self.action_chunk = action_chunk  # simulator steps per policy decision
         self.channel = channel
         self.num_envs = envs_per_worker
         self.env_options = dict(env_options)
@@ -86,15 +88,21 @@ class EnvWorker(Worker):
         return obs
 
     def interact(self, num_steps: int) -> list[dict]:
-        """Run ``num_steps`` steps, put a ``Trajectory`` on the channel, return stats of finished episodes.
+        """Run ``num_steps`` simulator steps, put a ``Trajectory`` on the channel, return stats of finished episodes.
+
+        A policy with action chunks of K steps decides every K steps: the trajectory holds ``num_steps / K``
+        decisions, each with its chunk ``[K, A]`` and the chunk's summed reward.
 
         With grouped resets, ``num_steps`` is a multiple of the episode length (envs ignore terminations, so every
         env ends its episodes together) and every episode starts from its group's shared initial state.
         """
-        T, stages = num_steps, range(len(self.stages))
+        if num_steps % self.action_chunk:
+            raise ValueError(f"num_steps={num_steps} is not a multiple of the action chunk {self.action_chunk}")
+        T, stages = num_steps // self.action_chunk, range(len(self.stages))
         if self.group_size:
             self.stage_obs = [self._reset_group_stage(s) for s in stages]
-        buffers = [TrajectoryBuffer(T, self.stage_obs[s], self.action_shape()) for s in stages]
+        chunk = (self.action_chunk,) if self.action_chunk > 1 else ()
+        buffers = [TrajectoryBuffer(T, self.stage_obs[s], (*chunk, *self.action_shape())) for s in stages]
         pending = [None] * len(self.stages)  # (step, env indices) whose final-observation values come next
         episodes: list[dict] = []
         for s in stages:
@@ -111,10 +119,10 @@ class EnvWorker(Worker):
                     continue
                 buffers[s].record_policy(t, self.stage_obs[s], response)
                 start = time.perf_counter()
-                batch = self.stages[s].step(response.actions)
+                batch, finished = step_decision(self.stages[s], response.actions)
                 self.seconds["simulating_s"] += time.perf_counter() - start
                 buffers[s].record_step(t, batch)
-                episodes.extend(_finished_episodes(batch))
+                episodes.extend(stats for _, stats in finished)
                 ended = np.flatnonzero(batch.truncated | batch.terminated)
                 if len(ended):
                     pending[s] = (t, ended)
@@ -140,8 +148,8 @@ class EnvWorker(Worker):
         quota[: num_episodes % self.num_envs] += 1
         while (quota > 0).any():
             self._request(0, obs, None, deterministic=True)
-            batch = self.eval_env.step(self._response(0).actions)
-            for i, stats in zip(np.flatnonzero(batch.episodes.done), _finished_episodes(batch)):
+            batch, finished = step_decision(self.eval_env, self._response(0).actions)
+            for i, stats in finished:
                 if quota[i] > 0:
                     finished.append(stats)
                     quota[i] -= 1
@@ -154,9 +162,3 @@ class EnvWorker(Worker):
         if self.eval_env is not None:
             self.eval_env.close()
 
-
-def _finished_episodes(batch) -> list[dict]:
-    e = batch.episodes
-    return [dict(episode_return=float(e.episode_return[i]), episode_length=int(e.episode_length[i]),
-                 success_once=bool(e.success_once[i]), success_at_end=bool(e.success_at_end[i]))
-            for i in np.flatnonzero(e.done)]

@@ -1,0 +1,30 @@
+"""An action chunk runs open loop for K simulator steps: rewards summed to the episode's end, ends and final
+observations kept, compared with the same actions stepped one at a time on a twin env."""
+
+import numpy as np
+
+import sim_envs
+from embodied_rl.workers.action_chunks import step_decision
+
+
+def test_a_chunk_equals_its_steps_one_by_one_up_to_the_episode_end():
+    options = dict(processes=False, max_episode_steps=6, seed=3)
+    chunked, twin = sim_envs.make("maniskill_pushcube", 2, **options), sim_envs.make("maniskill_pushcube", 2, **options)
+    try:
+        chunked.reset(), twin.reset()
+        actions = np.random.default_rng(0).uniform(-1, 1, (2, 2, 4, 8)).astype(np.float32)  # 2 decisions of 4 steps
+        singles = [twin.step(actions[d, :, k]) for d in range(2) for k in range(4)]
+        first, ended_first = step_decision(chunked, actions[0])
+        second, ended_second = step_decision(chunked, actions[1])
+
+        np.testing.assert_allclose(first.rewards, sum(s.rewards for s in singles[:4]), rtol=1e-5)
+        assert not (first.terminated | first.truncated).any() and not ended_first
+        # The 6-step episodes end at the second step of the second chunk: only steps 5 and 6 count.
+        np.testing.assert_allclose(second.rewards, singles[4].rewards + singles[5].rewards, rtol=1e-5)
+        assert second.truncated.all()
+        np.testing.assert_allclose(second.final_obs, singles[5].final_obs, rtol=1e-5)
+        np.testing.assert_allclose(second.obs, singles[7].obs, rtol=1e-5)  # after the chunk, in the next episode
+        assert sorted(i for i, _ in ended_second) == [0, 1]
+        assert all(stats["episode_length"] == 6 for _, stats in ended_second)
+    finally:
+        chunked.close(), twin.close()
