@@ -1,4 +1,4 @@
-"""``embodied-rl train|eval|tasks|bench|doctor``.
+"""``embodied-rl train|eval|demos|tasks|bench|doctor``.
 
 Exit codes: 0 success, 2 bad configuration or arguments (one line naming the key and what is allowed),
 1 runtime failure, 130 interrupted.
@@ -48,6 +48,19 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
 
+    demos = commands.add_parser("demos", help="make demonstrations (ManiSkill trajectory .h5 + .json), cached")
+    demos.add_argument("--task", required=True, help="a registered task (see `embodied-rl tasks`)")
+    demos.add_argument("--episodes", type=int, required=True, help="demonstrations to write")
+    demos.add_argument("--source", nargs="+", metavar="SOURCE", default=["motion_planning"],
+                       help="motion_planning (ManiSkill's planner, default) or checkpoint PATH (a trained policy)")
+    demos.add_argument("--obs", default="state", help="observations to record: state, rgb or state,rgb")
+    demos.add_argument("--control-mode", help="controller of the actions (default pd_joint_delta_pos; "
+                       "a checkpoint's own mode for --source checkpoint)")
+    demos.add_argument("--out", help="cache root (default ~/.cache/embodied-rl/demos); demos go to "
+                       "OUT/<task>/<source>-<control_mode>-<obs>-<N>-seed<S>/")
+    demos.add_argument("--keep-failures", action="store_true", help="keep episodes that do not end in success")
+    demos.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
+
     commands.add_parser("tasks", help="list the registered tasks")
     commands.add_parser("doctor", help="check that the simulator and runtime work on this machine")
 
@@ -73,6 +86,11 @@ def dispatch(args) -> int:
         from embodied_rl.commands.doctor import run_doctor
 
         return run_doctor()
+    if args.command == "demos":
+        from embodied_rl.commands.demos import run_demos
+
+        return run_demos(args.task, args.episodes, args.source, args.obs, args.control_mode, args.out,
+                         args.keep_failures, args.seed)
     if args.command == "train":
         from embodied_rl.commands.train import run_train
 

@@ -44,3 +44,41 @@ class TrainingProgress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+class CountProgress:
+    """Progress over ``total`` items (demos, episodes): a rich bar on a terminal, a plain line every few seconds
+    otherwise. ``update(done, note)`` shows the rate per minute and a short note (e.g. ``12/13 succeeded``)."""
+
+    def __init__(self, total: int, description: str, unit: str, plain_every_s: float = 10.0):
+        self.total = total
+        self.unit = unit
+        self.start = time.monotonic()
+        self.last_plain = 0.0
+        self.plain_every_s = plain_every_s
+        self.bar = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                TextColumn("{task.completed:,}/{task.total:,} " + unit),
+                                TextColumn("{task.fields[rate]:,.1f} " + unit + "/min"),
+                                TextColumn("{task.fields[note]}"), TimeRemainingColumn(),
+                                console=Console(stderr=True), transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task(description, total=total, rate=0.0, note="")
+
+    def update(self, done: int, note: str = "") -> None:
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        per_minute = 60.0 * done / elapsed
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, rate=per_minute, note=note)
+        elif time.monotonic() - self.last_plain >= self.plain_every_s or done >= self.total:
+            self.last_plain = time.monotonic()
+            print(f"{done:,}/{self.total:,} {self.unit}  {per_minute:,.1f} {self.unit}/min  {note}  "
+                  f"elapsed {elapsed:,.0f}s", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -64,7 +64,8 @@ def quiet_maniskill() -> None:
     import logging
     import warnings
 
-    logging.getLogger("mani_skill").setLevel(logging.ERROR)
+    for name in ("mani_skill", "mani_skill "):  # ManiSkill 3.0.1 names its logger with a trailing space
+        logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module="mani_skill")
     warnings.filterwarnings("ignore", module="gymnasium")
 

@@ -16,7 +16,11 @@ def _to_numpy(value):
 
 
 def build_gym_env(env_id: str, options: ManiSkillOptions, num_envs: int = 1, sim_backend: str = "physx_cpu"):
-    """``gym.make`` of a ManiSkill env with our options; rgb observations flattened to ``{"rgb", "state"}``."""
+    """``gym.make`` of a ManiSkill env with our options; rgb observations flattened to ``{"rgb", "state"}``.
+
+    ``obs_mode='state+rgb'`` (used for demonstrations, not by ``sim_envs.make``) gives ``{"rgb", "state"}`` with
+    the full privileged state vector of ``obs_mode='state'`` as ``state``.
+    """
     quiet_maniskill()
     import gymnasium as gym
     import mani_skill.envs  # noqa: F401  (registers ManiSkill's envs)
@@ -28,7 +32,8 @@ def build_gym_env(env_id: str, options: ManiSkillOptions, num_envs: int = 1, sim
                   reconfiguration_freq=options.reconfiguration_freq)
     if options.max_episode_steps is not None:
         kwargs["max_episode_steps"] = options.max_episode_steps
-    if options.obs_mode == "rgb":
+    cameras = "rgb" in options.obs_mode.split("+")  # 'rgb', or 'state+rgb' (recorded demonstrations)
+    if cameras:
         kwargs["sensor_configs"] = dict(width=options.image_size, height=options.image_size)
     else:
         kwargs["render_backend"] = "none"
@@ -36,7 +41,7 @@ def build_gym_env(env_id: str, options: ManiSkillOptions, num_envs: int = 1, sim
         env = gym.make(env_id, **kwargs)
     except RuntimeError as error:
         raise translate_simulator_error(error) from error
-    if options.obs_mode == "rgb":
+    if cameras:
         env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
     return env
 

@@ -1,0 +1,79 @@
+"""``embodied-rl demos --source checkpoint PATH``: a trained (here: random) state policy's deterministic actions,
+recorded in its control mode, and re-rendered with cameras by replay (camera demos from a state expert)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from embodied_rl.cli import main
+from embodied_rl.utils.checkpoint import save_checkpoint
+
+STEPS = 6  # the checkpoint's env.max_episode_steps: short episodes keep the test fast
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from embodied_rl.models import build_policy
+    from embodied_rl.workers.weights import weights_to_numpy
+
+    spec = dict(name="mlp", obs_dim=35, action_dim=8, hidden_sizes=[16], init_log_std=-0.5)
+    torch.manual_seed(0)
+    policy = build_policy(**spec)
+    config_yaml = f"task: maniskill_pushcube\nenv:\n  max_episode_steps: {STEPS}\n"
+    path = save_checkpoint(tmp_path_factory.mktemp("run") / "checkpoints", 1, weights_to_numpy(policy), b"",
+                           {"iteration": 1, "policy_spec": spec}, config_yaml, keep_last=1)
+    return path, policy
+
+
+def _demos(out, checkpoint_path, *extra):
+    return main(["demos", "--task", "maniskill_pushcube", "--source", "checkpoint", str(checkpoint_path),
+                 "--keep-failures", "--out", str(out), *extra])
+
+
+def test_records_the_policy_deterministic_actions_in_its_control_mode(checkpoint, tmp_path):
+    from embodied_rl.demos import load_demos
+
+    path, policy = checkpoint
+    assert _demos(tmp_path, path, "--episodes", "2") == 0
+    (directory,) = (tmp_path / "maniskill_pushcube").iterdir()
+    assert directory.name.startswith("checkpoint_") and directory.name.endswith(
+        "-pd_joint_delta_pos-state-2-seed0-with-failures")
+    demos = load_demos(directory)
+    assert demos.num_episodes == 2 and list(demos.episode_lengths) == [STEPS, STEPS]
+    assert demos.control_mode == "pd_joint_delta_pos" and list(demos.episode_seeds) == [0, 1]
+    with torch.no_grad():
+        expected = policy.act(torch.from_numpy(demos.obs), deterministic=True)[0].numpy()
+    np.testing.assert_allclose(demos.actions, np.clip(expected, -1, 1), atol=1e-6)
+
+
+def test_camera_demos_from_a_state_expert(checkpoint, tmp_path):
+    from embodied_rl.demos import load_demos
+
+    path, policy = checkpoint
+    assert _demos(tmp_path, path, "--episodes", "1", "--obs", "rgb") == 0
+    (directory,) = (tmp_path / "maniskill_pushcube").iterdir()
+    demos = load_demos(directory)
+    assert demos.rgb is not None and demos.rgb.shape == (STEPS, 64, 64, 3) and demos.rgb.dtype == np.uint8
+    assert demos.obs.shape == (STEPS, 25)  # the proprioceptive state our rgb env gives beside the image
+    assert demos.rgb.std() > 0
+    state = load_demos(directory / "checkpoint.h5")  # the state-only recording the replay started from
+    np.testing.assert_array_equal(demos.actions, state.actions)
+
+
+def test_a_policy_that_never_succeeds_gives_up_with_exit_code_1(checkpoint, tmp_path, capsys):
+    path, _ = checkpoint
+    code = main(["demos", "--task", "maniskill_pushcube", "--source", "checkpoint", str(path), "--episodes", "1",
+                 "--out", str(tmp_path)])
+    assert code == 1
+    assert "only 0 of 1 demos after 13 checkpoint episodes" in capsys.readouterr().err
+    assert list((tmp_path / "maniskill_pushcube").iterdir()) == []  # the staging directory is gone too
+
+
+def test_a_checkpoint_of_another_task_is_refused(checkpoint, tmp_path, capsys):
+    path, _ = checkpoint
+    code = main(["demos", "--task", "maniskill_pickcube", "--source", "checkpoint", str(path), "--episodes", "1",
+                 "--out", str(tmp_path)])
+    assert code == 2
+    assert "was trained on task 'maniskill_pushcube'" in capsys.readouterr().err
