@@ -14,8 +14,8 @@ from embodied_rl.config import ConfigError
 
 @dataclass
 class CheckpointPolicy:
-    act: Callable[[np.ndarray], np.ndarray]
-    """State vector ``[D]`` -> action ``[A]`` (the Gaussian mean: deterministic)."""
+    decide: Callable[[np.ndarray], np.ndarray]
+    """State vector ``[D]`` -> the Gaussian mean: action ``[A]``, or a chunk ``[K, A]`` for a chunking policy."""
     path: Path
     """The resolved checkpoint directory."""
     digest: str
@@ -24,6 +24,19 @@ class CheckpointPolicy:
     control_mode: str
     reward_mode: str
     max_episode_steps: int | None
+
+    def new_episode(self) -> Callable[[np.ndarray], np.ndarray]:
+        """``act(obs [D]) -> action [A]`` for one episode: a chunk of K actions runs open loop, the policy is asked
+        again when it is used up (as the env workers run chunks)."""
+        pending: list[np.ndarray] = []
+
+        def act(obs: np.ndarray) -> np.ndarray:
+            if not pending:
+                decision = np.asarray(self.decide(obs), np.float32)
+                pending.extend(decision if decision.ndim == 2 else [decision])
+            return pending.pop(0)
+
+        return act
 
 
 def load_checkpoint_policy(path: str | Path) -> CheckpointPolicy:
@@ -54,11 +67,11 @@ def load_checkpoint_policy(path: str | Path) -> CheckpointPolicy:
     load_numpy_weights(policy, checkpoint.weights)
     policy.eval()
 
-    def act(obs: np.ndarray) -> np.ndarray:
+    def decide(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             actions = policy.act(torch.as_tensor(np.asarray(obs, np.float32)[None]), deterministic=True)[0]
         return actions[0].cpu().numpy()
 
     digest = hashlib.sha256((checkpoint.path / WEIGHTS_FILE).read_bytes()).hexdigest()[:12]
-    return CheckpointPolicy(act, checkpoint.path, digest, config.task, config.env.control_mode,
+    return CheckpointPolicy(decide, checkpoint.path, digest, config.task, config.env.control_mode,
                             config.env.reward_mode, config.env.max_episode_steps)

@@ -228,4 +228,4 @@ def _open_source(resolved: ResolvedRequest, directory: Path, stem: str):
 def _run_source_episode(resolved: ResolvedRequest, source, seed: int):
     if resolved.policy is None:
         return source.plan_episode(seed)
-    return source.run_policy_episode(seed, resolved.policy.act)
+    return source.run_policy_episode(seed, resolved.policy.new_episode())

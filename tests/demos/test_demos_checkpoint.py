@@ -77,3 +77,22 @@ def test_a_checkpoint_of_another_task_is_refused(checkpoint, tmp_path, capsys):
                  "--out", str(tmp_path)])
     assert code == 2
     assert "was trained on task 'maniskill_pushcube'" in capsys.readouterr().err
+
+
+def test_a_chunking_policy_runs_each_chunk_open_loop(tmp_path):
+    from embodied_rl.demos import load_demos
+    from embodied_rl.models import build_policy
+    from embodied_rl.workers.weights import weights_to_numpy
+
+    spec = dict(name="mlp", obs_dim=35, action_dim=8, hidden_sizes=[16], init_log_std=-0.5, action_chunk=3)
+    torch.manual_seed(1)
+    policy = build_policy(**spec)
+    config_yaml = f"task: maniskill_pushcube\nenv:\n  max_episode_steps: {STEPS}\n"
+    path = save_checkpoint(tmp_path / "run" / "checkpoints", 1, weights_to_numpy(policy), b"",
+                           {"iteration": 1, "policy_spec": spec}, config_yaml, keep_last=1)
+    assert _demos(tmp_path / "demos", path, "--episodes", "1") == 0
+    demos = load_demos(next((tmp_path / "demos" / "maniskill_pushcube").iterdir()))
+    assert demos.num_steps == STEPS
+    with torch.no_grad():
+        chunks = policy.act(torch.from_numpy(demos.obs[::3]), deterministic=True)[0].numpy()  # [STEPS / 3, 3, 8]
+    np.testing.assert_allclose(demos.actions, np.clip(chunks.reshape(STEPS, 8), -1, 1), atol=1e-6)
