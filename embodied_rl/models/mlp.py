@@ -54,7 +54,7 @@ class MLPActorCritic(nn.Module):
 
     def set_observation_normalization(self, obs: np.ndarray) -> None:
         """Normalise by the mean and standard deviation of ``obs`` ``[N, D]`` (e.g. demonstrations)."""
-        selected = torch.as_tensor(np.asarray(obs), dtype=torch.float32)[:, self.obs_indices.cpu()]
+        selected = torch.as_tensor(np.array(obs, dtype=np.float32))[:, self.obs_indices.cpu()]
         self.obs_mean.copy_(selected.mean(dim=0))
         self.obs_std.copy_(selected.std(dim=0).clamp(min=1e-3))
 

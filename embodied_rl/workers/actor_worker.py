@@ -41,6 +41,7 @@ class ActorWorker(Worker):
         self.pending: list[dict] = []  # selected samples of the sampling rounds of the next update
         self.reference = None  # frozen copy of the initial policy, for algorithms with a KL to it
         self.demonstrations: dict | None = None
+        self.supervised_steps = 0  # gradient steps of SFT so far (its learning-rate schedule)
 
     def offload(self) -> MoveReport:
         """Move weights, gradients and optimizer state to host memory (a no-op for memory on CPU)."""
@@ -168,6 +169,9 @@ class ActorWorker(Worker):
         batch_size = min(self.algorithm.config.batch_size, n)
         sums: dict[str, float] = {}
         for _ in range(gradient_steps):
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.algorithm.learning_rate(self.supervised_steps)
+            self.supervised_steps += 1
             idx = torch.randint(n, (batch_size,), generator=self.generator).to(self.device)
             rows = {k: ({o: t[idx] for o, t in v.items()} if isinstance(v, dict) else v[idx])
                     for k, v in self.demonstrations.items()}
@@ -178,6 +182,7 @@ class ActorWorker(Worker):
         self.policy_version += 1
         metrics = {f"train/{k}": v / gradient_steps for k, v in sums.items()}
         metrics.update({"train/gradient_steps": gradient_steps, "train/policy_version": self.policy_version,
+                        "train/learning_rate": self.optimizer.param_groups[0]["lr"],
                         "time/update_s": time.perf_counter() - start})
         return metrics
 
@@ -186,7 +191,8 @@ class ActorWorker(Worker):
         """Everything needed to resume: weights, optimizer, RNG states, version."""
         buffer = io.BytesIO()
         torch.save({"optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version}, buffer)
+                    "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version,
+                    "supervised_steps": self.supervised_steps}, buffer)
         weights, _ = self.get_weights()
         return {"weights": weights, "trainer_state": buffer.getvalue()}
 
@@ -201,4 +207,5 @@ class ActorWorker(Worker):
             torch.set_rng_state(state["torch_rng"])
             self.generator.set_state(state["shuffle_rng"])
             self.policy_version = state["policy_version"]
+            self.supervised_steps = state.get("supervised_steps", 0)
         return self.policy_version

@@ -148,8 +148,8 @@ class EnvWorker(Worker):
         quota[: num_episodes % self.num_envs] += 1
         while (quota > 0).any():
             self._request(0, obs, None, deterministic=True)
-            batch, finished = step_decision(self.eval_env, self._response(0).actions)
-            for i, stats in finished:
+            batch, ended = step_decision(self.eval_env, self._response(0).actions)
+            for i, stats in ended:
                 if quota[i] > 0:
                     finished.append(stats)
                     quota[i] -= 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -33,6 +34,9 @@ class SFTConfig(OptimizerConfig):
     """Gradient steps of the whole stage."""
     steps_per_iteration: int = 500
     """Gradient steps between two log lines (evaluations and checkpoints count these iterations)."""
+    cosine_decay: bool = True
+    """Anneal the learning rate to 0 over ``gradient_steps`` on a cosine (False: constant), so the stage ends on
+    small steps rather than wherever the last large one left the policy."""
 
     def problems(self) -> Iterator[Problem]:
         yield from super().problems()
@@ -50,6 +54,13 @@ class SFTConfig(OptimizerConfig):
             yield "steps_per_iteration", self.steps_per_iteration, "an integer >= 1"
 
 
+def learning_rate(config: SFTConfig, step: int) -> float:
+    """The learning rate of gradient step ``step`` (0-based) of the stage."""
+    if not config.cosine_decay:
+        return config.lr
+    return 0.5 * config.lr * (1.0 + math.cos(math.pi * min(step, config.gradient_steps) / config.gradient_steps))
+
+
 @ALGORITHMS.register("sft")
 class SFT(Algorithm):
     """Minibatches of demonstration steps: obs ``[n, ...]`` and the demonstrated actions ``[n, A]`` (or chunks
@@ -57,6 +68,9 @@ class SFT(Algorithm):
 
     config_class = SFTConfig
     uses_critic = False
+
+    def learning_rate(self, step: int) -> float:
+        return learning_rate(self.config, step)
 
     def evaluate(self, policy, minibatch: dict) -> dict:
         return dict(loss=policy.supervised_loss(minibatch["obs"], minibatch["actions"]))
