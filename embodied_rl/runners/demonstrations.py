@@ -20,7 +20,7 @@ def demonstrations_path(config: TrainConfig) -> Path:
     from embodied_rl.demos.cache import ensure_demos
     from embodied_rl.demos.generate import DemoRequest, resolve_request
 
-    observations = ("state",) if config.env.obs_mode == "state" else ("state", config.env.obs_mode)
+    observations = (config.env.obs_mode,)  # what the training env observes: the state vector, or images + proprio
     resolved = resolve_request(DemoRequest(config.task, a.demo_episodes, source=a.demo_source,
                                            observations=observations, control_mode=config.env.control_mode,
                                            seed=config.seed))

@@ -1,4 +1,4 @@
-"""SFT's learning-rate schedule: cosine from lr to 0 over the stage's gradient steps."""
+"""SFT's learning-rate schedule (cosine from lr to 0 over the stage's gradient steps); PPO's critic warm-up."""
 
 import pytest
 
@@ -11,3 +11,24 @@ def test_cosine_schedule_starts_at_lr_halves_midway_and_ends_at_zero():
     assert sft.learning_rate(50) == pytest.approx(0.5e-3)
     assert sft.learning_rate(100) == pytest.approx(0.0, abs=1e-12)
     assert SFT(SFTConfig(lr=1e-3, cosine_decay=False)).learning_rate(99) == 1e-3
+
+
+def test_ppo_critic_warmup_trains_only_the_value_for_its_updates():
+    import torch
+
+    from embodied_rl.algorithms.embodied.ppo import PPO, PPOConfig
+
+    ppo = PPO(PPOConfig(critic_warmup_updates=1, vf_coef=0.5, normalize_advantages=False))
+    logp = torch.zeros(2, requires_grad=True)
+    values = torch.tensor([1.0, 3.0], requires_grad=True)
+    outputs = dict(logp=logp, entropy=torch.ones(2), values=values)
+    minibatch = dict(advantages=torch.tensor([1.0, -1.0]), old_logp=torch.zeros(2), old_values=torch.zeros(2),
+                     returns=torch.zeros(2))
+    ppo.updates = 1  # within the warm-up: 0.5 * value loss only, no gradient to the policy's log-probs
+    loss, _ = ppo.loss(outputs, minibatch)
+    loss.backward()
+    assert loss.item() == pytest.approx(0.5 * 0.5 * (1.0 + 9.0) / 2)
+    assert logp.grad is None
+    ppo.updates = 2
+    loss, _ = ppo.loss(outputs, minibatch)
+    assert loss.item() == pytest.approx(0.5 * 0.5 * 5.0 - 0.0)  # policy term: -(1 * 1 + 1 * -1) / 2 = 0

@@ -34,6 +34,9 @@ class PPOConfig(UpdateConfig):
     """Multiply rewards by this before GAE."""
     bootstrap_on_termination: bool = True
     """Bootstrap from V(final observation) at terminations too (ManiSkill ends episodes at success)."""
+    critic_warmup_updates: int = 0
+    """Train only the critic for this many updates (a policy started from SFT has an untrained critic whose
+    advantages would first pull it away from what it cloned)."""
 
     def problems(self) -> Iterator[Problem]:
         yield from super().problems()
@@ -49,6 +52,8 @@ class PPOConfig(UpdateConfig):
             yield "vf_coef", self.vf_coef, ">= 0"
         if self.ent_coef < 0:
             yield "ent_coef", self.ent_coef, ">= 0"
+        if self.critic_warmup_updates < 0:
+            yield "critic_warmup_updates", self.critic_warmup_updates, "an integer >= 0"
 
 
 def flat_obs(obs):
@@ -62,10 +67,15 @@ def flat_obs(obs):
 class PPO(Algorithm):
     config_class = PPOConfig
 
+    def __init__(self, config):
+        super().__init__(config)
+        self.updates = 0  # prepared batches so far: the critic warm-up counts them
+
     def prepare(self, selected: list[dict]) -> tuple[dict, dict]:
         """One batch of ``[T, B]`` steps -> flat samples with GAE advantages and returns."""
         (batch,) = selected
         c = self.config
+        self.updates += 1
         rewards = batch["rewards"] * c.reward_scale
         dones = batch["terminated"] | batch["truncated"]
         # ManiSkill terminates an episode at success; with dense rewards, not bootstrapping there makes
@@ -92,6 +102,9 @@ class PPO(Algorithm):
                                           c.clip_coef, c.clip_coef)
         v_loss = value_loss(outputs["values"], minibatch["old_values"], minibatch["returns"], c.value_clip)
         entropy = outputs["entropy"].mean()
-        loss = pg_loss - c.ent_coef * entropy + c.vf_coef * v_loss
+        if self.updates <= c.critic_warmup_updates:
+            loss = c.vf_coef * v_loss
+        else:
+            loss = pg_loss - c.ent_coef * entropy + c.vf_coef * v_loss
         return loss, {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "entropy": entropy.item(),
                       "approx_kl": pg_metrics["approx_kl"], "clip_fraction": pg_metrics["clip_fraction"]}
