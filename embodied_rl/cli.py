@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--episodes", type=int, default=64, help="episodes to run (default 64)")
     evaluate.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument("--video", action="store_true", help="also film deterministic episodes into an mp4 "
+                          "(eval_<checkpoint>.mp4 beside the checkpoint, or in --video-dir) and print its path")
+    evaluate.add_argument("--video-episodes", type=int, help="episodes in the video grid (default 4; implies --video)")
+    evaluate.add_argument("--video-dir", help="directory for the video (implies --video)")
 
     demos = commands.add_parser("demos", help="make demonstrations (ManiSkill trajectory .h5 + .json), cached")
     demos.add_argument("--task", required=True, help="a registered task (see `embodied-rl tasks`)")
@@ -98,7 +102,8 @@ def dispatch(args) -> int:
     if args.command == "eval":
         from embodied_rl.commands.evaluate import run_eval
 
-        return run_eval(args.checkpoint, args.episodes, args.ray_address, args.json)
+        return run_eval(args.checkpoint, args.episodes, args.ray_address, args.json, args.video,
+                        args.video_episodes, args.video_dir)
     if args.command == "bench" and args.bench == "env":
         from embodied_rl.bench.env_bench import run_env_bench
 

@@ -12,20 +12,30 @@ from embodied_rl.config import ConfigError
 from embodied_rl.config.loader import from_yaml_file
 from embodied_rl.utils.checkpoint import CONFIG_FILE, load_checkpoint
 
+DEFAULT_VIDEO_EPISODES = 4
+"""Episodes filmed by ``eval --video`` (a 2 x 2 grid)."""
 
-def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_address: str | None = None) -> dict:
+
+def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_address: str | None = None,
+                        video_episodes: int = 0, video_dir: str | Path | None = None) -> dict:
     """Deterministic episodes of a checkpoint's policy on its task: ``{"checkpoint": ..., "eval/...": ...}``.
+
+    With ``video_episodes`` > 0, that many more are filmed into ``eval_<checkpoint name>.mp4`` beside the
+    checkpoint (or in ``video_dir``), whose path is ``"video"`` in the result.
 
     The task must be registered in this process: a built-in one always is; one you registered yourself is when
     this is called from the script (or after importing the module) that registers it.
     """
     import sim_envs
     from embodied_rl.runners.embodied import episode_metrics
+    from embodied_rl.runners.eval_video import record_video
     from embodied_rl.runners.setup import start_workers
     from embodied_rl.runtime import Cluster
 
     if episodes < 1:
         raise ConfigError(f"--episodes={episodes} is out of range; allowed: an integer >= 1")
+    if video_episodes < 0:
+        raise ConfigError(f"--video-episodes={video_episodes} is out of range; allowed: an integer >= 0 (0: none)")
     try:
         checkpoint = load_checkpoint(Path(checkpoint_path))
     except FileNotFoundError as error:
@@ -46,13 +56,22 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_add
             version = int(checkpoint.counters.get("iteration", 0))
             ray.get(workers.rollout.call("load_weights", (checkpoint.weights, version)))
             results = episode_metrics(workers.evaluate(episodes), "eval")
+            if video_episodes:
+                directory = Path(video_dir) if video_dir else checkpoint.path.parent
+                video = record_video(workers, video_episodes, directory / f"eval_{checkpoint.path.name}.mp4")
+                results["video"] = video["path"]
         finally:
             workers.shutdown()
     return {"checkpoint": str(checkpoint.path), **results}
 
 
-def run_eval(checkpoint_path: str, episodes: int, ray_address: str | None, as_json: bool) -> int:
-    results = evaluate_checkpoint(checkpoint_path, episodes, ray_address)
+def run_eval(checkpoint_path: str, episodes: int, ray_address: str | None, as_json: bool, video: bool = False,
+             video_episodes: int | None = None, video_dir: str | None = None) -> int:
+    if video or video_episodes is not None or video_dir:
+        video_episodes = DEFAULT_VIDEO_EPISODES if video_episodes is None else video_episodes
+        if video_episodes < 1:
+            raise ConfigError(f"--video-episodes={video_episodes} is out of range; allowed: an integer >= 1")
+    results = evaluate_checkpoint(checkpoint_path, episodes, ray_address, video_episodes or 0, video_dir)
     if as_json:
         print(json.dumps(results))
     else:

@@ -24,7 +24,13 @@ def demonstrations_path(config: TrainConfig) -> Path:
     resolved = resolve_request(DemoRequest(config.task, a.demo_episodes, source=a.demo_source,
                                            observations=observations, control_mode=config.env.control_mode,
                                            seed=config.seed))
-    result, hit = ensure_demos(resolved)
+    from embodied_rl.utils.progress import CountProgress
+
+    progress = CountProgress(a.demo_episodes, f"demos {resolved.env_id}", "demos")
+    try:
+        result, hit = ensure_demos(resolved, on_attempt=lambda stats: progress.update(stats.written))
+    finally:
+        progress.close()
     print(f"demonstrations: {result.path} ({'cached' if hit else 'generated'}, {result.stats.written} episodes, "
           f"{result.stats.demos_per_minute:.0f} demos/min)", file=sys.stderr, flush=True)
     return result.path

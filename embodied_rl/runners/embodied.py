@@ -19,6 +19,7 @@ import ray
 
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.schema import TrainConfig
+from embodied_rl.runners.eval_video import record_eval_video
 from embodied_rl.runners.setup import start_workers
 from embodied_rl.runners.turns import PhaseTurns
 from embodied_rl.runtime import Cluster
@@ -123,7 +124,8 @@ class EmbodiedRunner:
                 self.env_steps += self.steps_per_iteration()
                 with turns.training("update"):
                     t_update = time.perf_counter()
-                    metrics = ray.get(workers.actor.call("update", len(workers.env))[0])
+                    progress_done = self.env_steps / c.total_env_steps
+                    metrics = ray.get(workers.actor.call("update", len(workers.env), progress_done)[0])
                     update_s += time.perf_counter() - t_update
                     if not metrics["train/needs_more"]:
                         turns.publish_weights()
@@ -167,7 +169,8 @@ class EmbodiedRunner:
             t4 = time.perf_counter()
             with turns.sampling("evaluate"):
                 self.last_eval = episode_metrics(workers.evaluate(c.eval.num_episodes), "eval")
-            self.last_eval["time/eval_s"] = time.perf_counter() - t4
+                self.last_eval["time/eval_s"] = time.perf_counter() - t4
+                metrics.update(record_eval_video(workers, c.eval, self.run_dir, self.iteration, finished))
             metrics.update(self.last_eval)
             evaluated = True
         if finished or self.iteration % c.log_every_iterations == 0:

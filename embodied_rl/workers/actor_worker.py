@@ -67,9 +67,10 @@ class ActorWorker(Worker):
         self.collectives[collective].broadcast_state_dict(state, src=0)
         return self.policy_version
 
-    def update(self, num_trajectories: int) -> dict:
+    def update(self, num_trajectories: int, progress: float = 0.0) -> dict:
         """Take ``num_trajectories`` trajectories from the channel; once the algorithm has enough
-        (``train/needs_more`` is 0) run one update on them; returns metrics."""
+        (``train/needs_more`` is 0) run one update on them at the learning rate for ``progress`` (0 to 1) of the
+        run; returns metrics."""
         self._require_onloaded("update")
         start = time.perf_counter()
         chunks: list[Trajectory] = []
@@ -90,10 +91,12 @@ class ActorWorker(Worker):
         metrics.update(prepared)
         metrics["train/sampling_rounds"] = len(self.pending)
         self.pending = []
+        self._set_learning_rate(progress)
         metrics.update(self._optimize(samples))
         staleness = self.policy_version - min(int(c.policy_versions.min()) for c in chunks)
         self.policy_version += 1
         metrics.update({"train/needs_more": 0, "train/policy_version": self.policy_version,
+                        "train/learning_rate": self.optimizer.param_groups[0]["lr"],
                         "train/policy_staleness": staleness, "time/update_s": time.perf_counter() - start})
         return metrics
 
@@ -137,6 +140,10 @@ class ActorWorker(Worker):
         metrics.update({"train/gradient_steps": updates, "train/stopped_early": float(stopped_early)})
         return metrics
 
+    def _set_learning_rate(self, progress: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.algorithm.learning_rate(progress)
+
     def _step(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -169,8 +176,7 @@ class ActorWorker(Worker):
         batch_size = min(self.algorithm.config.batch_size, n)
         sums: dict[str, float] = {}
         for _ in range(gradient_steps):
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.algorithm.learning_rate(self.supervised_steps)
+            self._set_learning_rate(self.supervised_steps / self.algorithm.config.gradient_steps)
             self.supervised_steps += 1
             idx = torch.randint(n, (batch_size,), generator=self.generator).to(self.device)
             rows = {k: ({o: t[idx] for o, t in v.items()} if isinstance(v, dict) else v[idx])

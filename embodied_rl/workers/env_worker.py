@@ -10,6 +10,7 @@ import sim_envs
 from embodied_rl.workers.action_chunks import step_decision
 from embodied_rl.workers.messages import (REQUESTS_KEY, TRAJECTORIES_KEY, PolicyRequest, responses_key)
 from embodied_rl.workers.trajectory_buffer import TrajectoryBuffer, merge_stages
+from embodied_rl.workers.video_episodes import record_episodes
 from embodied_rl.runtime import Worker
 from sim_envs.vector_env import obs_rows
 
@@ -155,6 +156,18 @@ class EnvWorker(Worker):
                     quota[i] -= 1
             obs = batch.obs
         return finished
+
+    def record_video(self, num_episodes: int, size: int = 128) -> dict:
+        """Film ``num_episodes`` deterministic full-length episodes on a separate env that renders ``size`` px
+        frames: ``{"frames": uint8 [T + 1, N, H, W, 3], "success": bool [T + 1, N]}`` (workers/video_episodes.py).
+        The same initial states at every call (seeds fixed per rank): videos of one run compare across iterations."""
+
+        def act(obs):
+            self._request(0, obs, None, deterministic=True)
+            return self._response(0).actions
+
+        return record_episodes(self.task, self.env_options, num_episodes, self.stages[0].max_episode_steps,
+                               20_000_000 + self.seed + self.rank * self.num_envs, act, size)
 
     def close(self) -> None:
         for env in self.stages:

@@ -1,4 +1,4 @@
-"""SFT's learning-rate schedule (cosine from lr to 0 over the stage's gradient steps); PPO's critic warm-up."""
+"""Learning-rate schedules (SFT: cosine from lr to 0 over the stage's gradient steps); PPO's critic warm-up."""
 
 import pytest
 
@@ -7,10 +7,17 @@ from embodied_rl.algorithms.embodied.sft import SFT, SFTConfig
 
 def test_cosine_schedule_starts_at_lr_halves_midway_and_ends_at_zero():
     sft = SFT(SFTConfig(lr=1e-3, gradient_steps=100))
-    assert sft.learning_rate(0) == pytest.approx(1e-3)
-    assert sft.learning_rate(50) == pytest.approx(0.5e-3)
-    assert sft.learning_rate(100) == pytest.approx(0.0, abs=1e-12)
-    assert SFT(SFTConfig(lr=1e-3, cosine_decay=False)).learning_rate(99) == 1e-3
+    assert sft.learning_rate(0.0) == pytest.approx(1e-3)
+    assert sft.learning_rate(0.5) == pytest.approx(0.5e-3)
+    assert sft.learning_rate(1.0) == pytest.approx(0.0, abs=1e-12)
+    assert SFT(SFTConfig(lr=1e-3, cosine_decay=False)).learning_rate(0.99) == 1e-3
+
+
+def test_ppo_anneals_linearly_when_asked():
+    from embodied_rl.algorithms.embodied.ppo import PPO, PPOConfig
+
+    assert PPO(PPOConfig(lr=2e-4, anneal_lr=True)).learning_rate(0.25) == pytest.approx(1.5e-4)
+    assert PPO(PPOConfig(lr=2e-4)).learning_rate(0.25) == 2e-4
 
 
 def test_ppo_critic_warmup_trains_only_the_value_for_its_updates():

@@ -80,8 +80,8 @@ class Algorithm:
     def enough(self, selected: list[dict], rounds: int) -> bool:
         return True
 
-    def learning_rate(self, step: int) -> float:
-        """The learning rate of the stage's gradient step ``step`` (default: constant ``config.lr``)."""
+    def learning_rate(self, progress: float) -> float:
+        """The learning rate when ``progress`` (0 to 1) of the stage is done (default: constant ``config.lr``)."""
         return self.config.lr
 
     def prepare(self, selected: list[dict]) -> tuple[dict, dict]:

@@ -34,6 +34,9 @@ class PPOConfig(UpdateConfig):
     """Multiply rewards by this before GAE."""
     bootstrap_on_termination: bool = True
     """Bootstrap from V(final observation) at terminations too (ManiSkill ends episodes at success)."""
+    anneal_lr: bool = False
+    """Decay the learning rate linearly to 0 over ``total_env_steps`` (CleanRL's default): the policy settles at
+    the end of a run instead of drifting away from its best."""
     critic_warmup_updates: int = 0
     """Train only the critic for this many updates (a policy started from SFT has an untrained critic whose
     advantages would first pull it away from what it cloned)."""
@@ -70,6 +73,9 @@ class PPO(Algorithm):
     def __init__(self, config):
         super().__init__(config)
         self.updates = 0  # prepared batches so far: the critic warm-up counts them
+
+    def learning_rate(self, progress: float) -> float:
+        return self.config.lr * (1.0 - min(max(progress, 0.0), 1.0)) if self.config.anneal_lr else self.config.lr
 
     def prepare(self, selected: list[dict]) -> tuple[dict, dict]:
         """One batch of ``[T, B]`` steps -> flat samples with GAE advantages and returns."""

@@ -54,13 +54,6 @@ class SFTConfig(OptimizerConfig):
             yield "steps_per_iteration", self.steps_per_iteration, "an integer >= 1"
 
 
-def learning_rate(config: SFTConfig, step: int) -> float:
-    """The learning rate of gradient step ``step`` (0-based) of the stage."""
-    if not config.cosine_decay:
-        return config.lr
-    return 0.5 * config.lr * (1.0 + math.cos(math.pi * min(step, config.gradient_steps) / config.gradient_steps))
-
-
 @ALGORITHMS.register("sft")
 class SFT(Algorithm):
     """Minibatches of demonstration steps: obs ``[n, ...]`` and the demonstrated actions ``[n, A]`` (or chunks
@@ -69,8 +62,11 @@ class SFT(Algorithm):
     config_class = SFTConfig
     uses_critic = False
 
-    def learning_rate(self, step: int) -> float:
-        return learning_rate(self.config, step)
+    def learning_rate(self, progress: float) -> float:
+        """Cosine from ``lr`` at progress 0 to 0 at progress 1 (constant without ``cosine_decay``)."""
+        if not self.config.cosine_decay:
+            return self.config.lr
+        return 0.5 * self.config.lr * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
 
     def evaluate(self, policy, minibatch: dict) -> dict:
         return dict(loss=policy.supervised_loss(minibatch["obs"], minibatch["actions"]))
