@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
 
 from embodied_rl.models import build_policy
@@ -17,6 +16,7 @@ from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import (POLICY_VERSION_KEY, REQUESTS_KEY, PolicyRequest, PolicyResponse,
                                           StopServing, responses_key)
 from embodied_rl.workers.weights import load_numpy_weights, weights_to_numpy
+from sim_envs.vector_env import stack_obs
 
 
 class RolloutWorker(Worker):
@@ -99,14 +99,16 @@ class RolloutWorker(Worker):
             pieces.append(r.obs)
             if r.final_obs is not None:
                 pieces.append(r.final_obs)
-        obs = torch.as_tensor(np.concatenate(pieces, axis=0)).to(self.device)
+        obs = stack_obs(pieces)  # an array, or a dict of arrays (camera images with the proprioceptive state)
+        obs = ({k: torch.as_tensor(v).to(self.device) for k, v in obs.items()} if isinstance(obs, dict)
+               else torch.as_tensor(obs).to(self.device))
         actions, logp, values = self.policy.act(obs, deterministic=deterministic)
         actions, logp, values = actions.cpu().numpy(), logp.cpu().numpy(), values.cpu().numpy()
         self.forward_passes += 1
         offset = 0
         for r in requests:
-            n = len(r.obs)
-            k = 0 if r.final_obs is None else len(r.final_obs)
+            n = _rows(r.obs)
+            k = 0 if r.final_obs is None else _rows(r.final_obs)
             rows = slice(offset, offset + n)
             self.channel.put(PolicyResponse(
                 actions[rows] if r.want_actions else None, logp[rows] if r.want_actions else None,
@@ -114,3 +116,7 @@ class RolloutWorker(Worker):
                 responses_key(r.env_rank, r.stage))
             offset += n + k
             self.requests_served += 1
+
+
+def _rows(obs) -> int:
+    return len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
