@@ -115,8 +115,9 @@ class EmbodiedRunner:
         start_steps, start_time = self.env_steps, time.perf_counter()
         while self.env_steps < c.total_env_steps:
             t0 = time.perf_counter()
-            episodes, sample_s, update_s = [], 0.0, 0.0
+            episodes, sample_s, update_s, rounds = [], 0.0, 0.0, 0
             while True:  # sampling rounds until the algorithm has enough to update on
+                rounds += 1
                 with turns.sampling("sample"):
                     t_sample = time.perf_counter()
                     episodes += workers.sample(c.rollout.steps_per_iteration)
@@ -140,8 +141,7 @@ class EmbodiedRunner:
                             "time/sync_s": timings.get("time/sync_install_s", 0.0)
                             + timings.get("time/sync_publish_s", 0.0) + timings.get("time/sync_broadcast_s", 0.0),
                             "time/turn_switch_s": (t3 - t0) - sample_s - update_s,
-                            "time/sample_steps_per_s": self.steps_per_iteration() * metrics.get(
-                                "train/sampling_rounds", 1) / max(sample_s, 1e-9),
+                            "time/sample_steps_per_s": self.steps_per_iteration() * rounds / max(sample_s, 1e-9),
                             "time/steps_per_s": (self.env_steps - start_steps) / (t3 - start_time),
                             "train/iteration": self.iteration, "time/elapsed_s": t3 - start_time})
             self._after_iteration(workers, turns, log, metrics, self.env_steps >= c.total_env_steps)
