@@ -65,3 +65,16 @@ def test_filtered_groups_ask_for_more_rounds_and_refill_up_to_one_round():
     samples, metrics = algorithm.prepare([first, second])
     assert metrics["train/groups_trained"] == 4  # one round's worth: 1 from the first round + 3 of the second
     assert algorithm.enough([first], rounds=3)  # the round limit ends the search
+
+
+def test_loss_adds_the_kl_to_the_reference_policy_when_asked():
+    logp = torch.tensor([-1.0, -2.0])
+    minibatch = dict(old_logp=logp.clone(), advantages=torch.tensor([1.0, -1.0]), ref_logp=torch.tensor([-1.5, -2.0]))
+    outputs = dict(logp=logp, entropy=torch.zeros(2))
+    plain, _ = GRPO(GRPOConfig(kl_coef=0.0)).loss(outputs, minibatch)
+    with_kl, metrics = GRPO(GRPOConfig(kl_coef=0.5, kl_kind="k1")).loss(outputs, minibatch)
+    # ratio 1 everywhere: policy loss -(1 - 1) / 2 = 0; k1 = logp - ref_logp = [0.5, 0.0], mean 0.25.
+    assert plain.item() == pytest.approx(0.0)
+    assert metrics["kl_to_reference"] == pytest.approx(0.25)
+    assert with_kl.item() == pytest.approx(0.5 * 0.25)
+    assert GRPO(GRPOConfig(kl_coef=0.5)).uses_reference and not GRPO(GRPOConfig()).uses_reference

@@ -11,7 +11,7 @@ STAGED = {"stages": [
     {"name": "sft", "algorithm": {"name": "sft", "demo_episodes": 3, "gradient_steps": 300,
                                   "steps_per_iteration": 100, "batch_size": 64, "lr": 1e-3}},
     {"name": "grpo", "algorithm": {"name": "grpo", "group_size": 2, "score": "return", "num_minibatches": 2,
-                                   "update_epochs": 1},
+                                   "update_epochs": 1, "kl_coef": 0.1},
      "env": {"max_episode_steps": 10}, "rollout": {"steps_per_iteration": 10}, "total_env_steps": 40},
 ]}
 TINY = ["env.num_workers=1", "env.envs_per_worker=2", "eval.num_episodes=2", "eval.every_iterations=0",
@@ -38,6 +38,7 @@ def test_demos_then_sft_then_grpo_then_resume_skips_finished_stages(tmp_path):
     assert f"stage 1-grpo: grpo from {run_dir / '0-sft' / 'best_checkpoint' / 'iter_000003'}" in stdout
     grpo_rows = [json.loads(line) for line in (run_dir / "1-grpo" / "metrics.jsonl").read_text().splitlines()]
     assert all(row["train/groups_trained"] >= 1 for row in grpo_rows)
+    assert all(row["train/kl_to_reference"] >= 0 for row in grpo_rows)  # against the frozen SFT policy
 
     returncode, stdout, stderr = TrackedProcess(["train", "--run-dir", str(run_dir), "--resume"],
                                                 env={"XDG_CACHE_HOME": str(cache)}).wait()
