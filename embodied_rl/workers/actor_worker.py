@@ -32,7 +32,7 @@ class ActorWorker(Worker):
         torch.manual_seed(seed + self.rank)
         self.policy = build_policy(**policy).to(self.device)
         self.algorithm = ALGORITHMS.get(algorithm.name)(algorithm)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=algorithm.lr, eps=1e-5)
+        self.optimizer = torch.optim.Adam(self._parameter_groups(), lr=algorithm.lr, eps=1e-5)
         self.channel = channel
         self.channel.subscribe(TRAJECTORIES_KEY)
         self.policy_version = 0
@@ -42,6 +42,15 @@ class ActorWorker(Worker):
         self.reference = None  # frozen copy of the initial policy, for algorithms with a KL to it
         self.demonstrations: dict | None = None
         self.supervised_steps = 0  # gradient steps of SFT so far (its learning-rate schedule)
+
+    def _parameter_groups(self) -> list[dict]:
+        """The critic's parameters (names starting with ``critic``) in a group of their own, so an algorithm may
+        give them another learning rate (``critic_lr_scale``)."""
+        named = list(self.policy.named_parameters())
+        critic = [p for name, p in named if name.startswith("critic")]
+        rest = [p for name, p in named if not name.startswith("critic")]
+        scale = getattr(self.algorithm.config, "critic_lr_scale", 1.0)
+        return [g for g in ({"params": rest, "lr_scale": 1.0}, {"params": critic, "lr_scale": scale}) if g["params"]]
 
     def offload(self) -> MoveReport:
         """Move weights, gradients and optimizer state to host memory (a no-op for memory on CPU)."""
@@ -142,7 +151,7 @@ class ActorWorker(Worker):
 
     def _set_learning_rate(self, progress: float) -> None:
         for group in self.optimizer.param_groups:
-            group["lr"] = self.algorithm.learning_rate(progress)
+            group["lr"] = self.algorithm.learning_rate(progress) * group["lr_scale"]
 
     def _step(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)

@@ -37,6 +37,9 @@ class PPOConfig(UpdateConfig):
     anneal_lr: bool = False
     """Decay the learning rate linearly to 0 over ``total_env_steps`` (CleanRL's default): the policy settles at
     the end of a run instead of drifting away from its best."""
+    critic_lr_scale: float = 1.0
+    """The critic's learning rate is ``lr`` times this (a policy fine-tuned from SFT needs small actor steps while
+    its fresh critic has everything to learn)."""
     critic_warmup_updates: int = 0
     """Train only the critic for this many updates (a policy started from SFT has an untrained critic whose
     advantages would first pull it away from what it cloned)."""
@@ -55,6 +58,8 @@ class PPOConfig(UpdateConfig):
             yield "vf_coef", self.vf_coef, ">= 0"
         if self.ent_coef < 0:
             yield "ent_coef", self.ent_coef, ">= 0"
+        if not self.critic_lr_scale > 0:
+            yield "critic_lr_scale", self.critic_lr_scale, "> 0"
         if self.critic_warmup_updates < 0:
             yield "critic_warmup_updates", self.critic_warmup_updates, "an integer >= 0"
 
