@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim_envs.maniskill.options import ManiSkillOptions
+from sim_envs.maniskill.rendering import render_frames
 from sim_envs.maniskill.single import build_gym_env, find_max_episode_steps
 from sim_envs.vector_env import EpisodeTracker, StepBatch
 
@@ -53,6 +54,10 @@ class GpuManiSkillEnvs:
                 success = np.where(done, _numpy(info["final_info"]["success"]).astype(bool), success)
         self.tracker.record(rewards, success)
         return StepBatch(obs, rewards, terminated, truncated, final_obs, success, self.tracker.end(done, success))
+
+    def render(self) -> np.ndarray:
+        """Each env's current scene: uint8 ``[N, H, W, 3]`` (built with ``render_size`` > 0)."""
+        return render_frames(self.vector_env)
 
     def close(self) -> None:
         self.vector_env.close()

@@ -62,6 +62,11 @@ class InProcessManiSkillEnvs:
                 _set_row(final_obs, i, row)
         return StepBatch(obs, rewards, terminated, truncated, final_obs, success, episodes)
 
+    def render(self) -> np.ndarray:
+        """Each env's current scene: uint8 ``[N, H, W, 3]`` (built with ``render_size`` > 0). After a step that
+        ended an episode, env i shows the first state of its next episode (same-step autoreset)."""
+        return np.stack([env.render() for env in self.envs])
+
     def close(self) -> None:
         for env in self.envs:
             env.close()

@@ -32,6 +32,9 @@ class ManiSkillOptions:
     """CPU only: with num_envs > 1, run each env in its own process (True) or all in this process (False)."""
     image_size: int = 64
     """Camera width = height for obs_mode='rgb'."""
+    render_size: int = 0
+    """Width = height of the frames ``render()`` returns (ManiSkill's human render camera, for videos); 0: no
+    renderer (state envs are then built with ``render_backend='none'``). On CPU a frame costs ~0.1 s (lavapipe)."""
     seed: int = 0
     """Seed of the first episode of env 0; env i starts from seed + i."""
 
@@ -48,6 +51,8 @@ class ManiSkillOptions:
             raise TaskConfigError(f"backend={options.backend!r}; allowed: {', '.join(BACKENDS)}")
         if options.max_episode_steps is not None and options.max_episode_steps < 1:
             raise TaskConfigError(f"max_episode_steps must be >= 1, got {options.max_episode_steps}")
+        if options.render_size < 0:
+            raise TaskConfigError(f"render_size must be >= 0 (0: no rendering), got {options.render_size}")
         return options
 
     def resolved_backend(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim_envs.maniskill.options import ManiSkillOptions, check_assets, quiet_maniskill, translate_simulator_error
+from sim_envs.maniskill.rendering import render_frames, with_render_camera
 
 
 def _to_numpy(value):
@@ -37,6 +38,7 @@ def build_gym_env(env_id: str, options: ManiSkillOptions, num_envs: int = 1, sim
         kwargs["sensor_configs"] = dict(width=options.image_size, height=options.image_size)
     else:
         kwargs["render_backend"] = "none"
+    kwargs = with_render_camera(kwargs, options.render_size)
     try:
         env = gym.make(env_id, **kwargs)
     except RuntimeError as error:
@@ -74,6 +76,10 @@ class SingleCpuEnv:
             terminated = False
         return (_unbatch(_to_numpy(obs)), float(_to_numpy(reward).reshape(-1)[0]), terminated,
                 bool(_to_numpy(truncated).reshape(-1)[0]), success)
+
+    def render(self) -> np.ndarray:
+        """The current scene from the human render camera: uint8 ``[H, W, 3]`` (needs ``render_size`` > 0)."""
+        return render_frames(self.env)[0]
 
     def close(self) -> None:
         self.env.close()

@@ -1,4 +1,4 @@
-"""Learning-rate schedules (SFT: cosine from lr to 0 over the stage's gradient steps); PPO's critic warm-up."""
+"""PPO and SFT specifics: learning-rate schedules (SFT cosine, PPO anneal), critic warm-up, the critic's own learning rate."""
 
 import pytest
 
