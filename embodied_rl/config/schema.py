@@ -66,8 +66,9 @@ class EvalConfig:
     num_episodes: int = 64
     """Episodes per evaluation (deterministic actions, full length)."""
     video_episodes: int = 0
-    """Episodes filmed into videos/eval_iter_N.mp4 (a grid, 128 px tiles) at the final evaluation; 0: none.
-    Rendering is slow on CPU: 4 PickCube episodes (50 steps) took 58 s on 2 busy cores (~0.1-0.3 s a frame)."""
+    """Episodes filmed into videos/eval_iter_N.mp4 (a grid of 128 px tiles) at the final evaluation; 0: none.
+    Slow on CPU (lavapipe): the first frame of a process compiles the render pipelines (~25 s), then ~0.04 s a frame
+    on a quiet 2-core machine, 0.1-0.3 s on a busy one: 4 PickCube episodes (50 steps) took 45-90 s here."""
     video_every_evaluations: int = 0
     """With video_episodes: also film every this many evaluations (0: only the final one)."""
 

@@ -5,7 +5,8 @@ rollout-worker requests; an action chunk ``[N, K, A]`` is stepped one action at 
 gets its frame.
 
 The rendering env is a separate env (training envs with state observations have no renderer), built for the call
-and closed after it: N envs that render cost ~1 s each to build on CPU, then ~0.1 s per 128 px frame per env.
+and closed after it (building is cheap, < 1 s an env; on CPU the first frame of the worker's process costs ~25 s and
+every frame after ~0.05-0.3 s by load: see sim_envs/maniskill/rendering.py).
 It is built with a time limit one step past the episode length and stepped exactly ``episode_steps`` times, so no
 episode ends inside it and the last frame shows the last state (an autoreset would show the next episode's first).
 """

@@ -34,7 +34,7 @@ class ManiSkillOptions:
     """Camera width = height for obs_mode='rgb'."""
     render_size: int = 0
     """Width = height of the frames ``render()`` returns (ManiSkill's human render camera, for videos); 0: no
-    renderer (state envs are then built with ``render_backend='none'``). On CPU a frame costs ~0.1 s (lavapipe)."""
+    renderer (state envs are then built with ``render_backend='none'``). Costs on CPU: sim_envs/maniskill/rendering.py."""
     seed: int = 0
     """Seed of the first episode of env 0; env i starts from seed + i."""
 

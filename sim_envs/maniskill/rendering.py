@@ -5,8 +5,10 @@ Vulkan surface per env). An env asked for ``render_size=S`` (``sim_envs.make(tas
 with ManiSkill's ``render_mode='rgb_array'`` and its human render camera (the task's third-person view) resized to
 ``S x S``; its ``render()`` returns uint8 ``[N, S, S, 3]``.
 
-Cost on CPU (Mesa lavapipe, 2 cores under load): ~0.1 s per 128 px frame, ~0.2 s at 256 px, against ~5 ms for a
-state step: render only the episodes you want to see.
+Cost on CPU (Mesa lavapipe, 2 cores), measured: the first frame a process renders takes ~25 s (lavapipe compiles
+the render pipelines; later envs of the same process start at once); then ~0.035 s a frame at 64 px and ~0.045 s
+at 128 px with the cores moderately busy, 0.1-0.3 s when they are oversubscribed, against ~3 ms for a state step
+(the time goes into the camera capture, not the scene update): render only the episodes you want to see.
 """
 
 from __future__ import annotations
