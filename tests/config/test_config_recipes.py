@@ -78,4 +78,4 @@ def test_recipes_ship_in_the_wheel_and_load_from_a_plain_install(tmp_path):
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     configs_dir, total_env_steps = loaded.stdout.strip().splitlines()[-2:]
     assert configs_dir.startswith(str(target))  # the installed copy, not the clone
-    assert int(total_env_steps) == 400000  # from the recipe, not the schema default
+    assert int(total_env_steps) == 300000  # from the recipe, not the schema default (2,000,000)
