@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sim_envs.errors import TaskConfigError
+from sim_envs.instructions import InstructedEnv
 from sim_envs.vector_env import VectorEnv
 
 
@@ -31,14 +32,18 @@ class TaskEntry:
     simulator: str
     env_id: str | None = None
     builtin: bool = False  # shipped with sim_envs (the trainer then requires a recipe for it)
+    instruction: str | None = None  # language instruction added to dict (camera) observations, see instructions.py
 
 
 _TASKS: dict[str, TaskEntry] = {}
 
 
 def register_task(name: str, description: str = "", simulator: str = "", env_id: str | None = None,
-                  builtin: bool = False):
+                  builtin: bool = False, instruction: str | None = None):
     """Decorator registering ``factory(num_envs, **overrides) -> VectorEnv`` under ``name``.
+
+    ``instruction``: the task in words; ``make`` adds it to dict observations as ``obs["instruction"]``, a numpy
+    unicode array ``[N]`` (sim_envs/instructions.py), for policies that read language.
 
     Training a task you register yourself starts from the schema defaults (``embodied_rl/config/schema.py``),
     then your ``--config`` file and ``key=value`` overrides: only built-in tasks (``builtin=True``, the ones in
@@ -48,7 +53,7 @@ def register_task(name: str, description: str = "", simulator: str = "", env_id:
     def decorate(factory):
         if name in _TASKS:
             raise ValueError(f"task {name!r} is already registered")
-        _TASKS[name] = TaskEntry(name, factory, description, simulator, env_id, builtin)
+        _TASKS[name] = TaskEntry(name, factory, description, simulator, env_id, builtin, instruction)
         return factory
 
     return decorate
@@ -66,8 +71,14 @@ def get_task(name: str) -> TaskEntry:
 
 def make(task: str | TaskEntry, num_envs: int = 1, **overrides) -> VectorEnv:
     """Build the vector env of ``task`` (a registered name, or a ``TaskEntry`` from ``get_task``, which need not
-    be registered in this process) with ``num_envs`` envs."""
+    be registered in this process) with ``num_envs`` envs.
+
+    Where the task has an instruction (or ``instruction=`` is passed, replacing it), its dict observations carry
+    ``obs["instruction"]`` (``InstructedEnv``).
+    """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise TaskConfigError(f"num_envs must be a positive integer, got {num_envs!r}")
     entry = task if isinstance(task, TaskEntry) else get_task(task)
-    return entry.factory(num_envs, **overrides)
+    instruction = overrides.pop("instruction", entry.instruction)
+    env = entry.factory(num_envs, **overrides)
+    return env if instruction is None else InstructedEnv(env, instruction)

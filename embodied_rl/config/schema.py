@@ -182,9 +182,6 @@ def validate(config: TrainConfig) -> None:
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
     resolve_placement(c)
     _validate_policy(c)
-    if c.env.obs_mode != "state" and c.policy.name == "mlp":
-        raise ConfigError(f"env.obs_mode={c.env.obs_mode!r} needs an image policy; policy.name='mlp' takes "
-                          "obs_mode='state'")
 
 
 def _validate_algorithm(c: TrainConfig) -> None:
@@ -215,13 +212,18 @@ def _validate_algorithm(c: TrainConfig) -> None:
 
 def _validate_policy(c: TrainConfig) -> None:
     from embodied_rl.models import POLICIES
-    from embodied_rl.models.registry import policy_options
+    from embodied_rl.models.registry import observation_modes, policy_options
 
     _require(c.policy.name in POLICIES.names(), "policy.name", c.policy.name, ", ".join(POLICIES.names()))
     allowed = policy_options(c.policy.name)
     for option in c.policy.options:
         _require(option in allowed, f"policy.options.{option}", c.policy.options[option],
                  f"options of policy {c.policy.name!r}: {', '.join(allowed) or 'none'}")
+    modes = observation_modes(c.policy.name)
+    if c.env.obs_mode not in modes:
+        takers = [name for name in POLICIES.names() if c.env.obs_mode in observation_modes(name)]
+        raise ConfigError(f"env.obs_mode={c.env.obs_mode!r} needs a policy that takes it ({', '.join(takers)}); "
+                          f"policy.name={c.policy.name!r} takes obs_mode={', '.join(modes)}")
 
 
 def slots_are_gpus(config: TrainConfig) -> bool:

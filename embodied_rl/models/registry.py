@@ -11,11 +11,18 @@ def build_policy(name: str, obs_dim: int, action_dim: int, **options):
     return POLICIES.get(name)(obs_dim=obs_dim, action_dim=action_dim, **options)
 
 
+def observation_modes(name: str) -> tuple[str, ...]:
+    """The ``env.obs_mode`` values policy ``name`` accepts (its class attribute ``observation_modes``; a policy
+    that declares none takes state vectors only)."""
+    return tuple(getattr(POLICIES.get(name), "observation_modes", ("state",)))
+
+
 def policy_options(name: str) -> list[str]:
-    """Keyword options policy ``name`` takes beyond those every policy gets (obs/action dims, widths, log std)."""
+    """Keyword options policy ``name`` takes beyond those every policy gets (obs/action dims, widths, log std, and
+    for dict observations their shapes)."""
     import inspect
 
-    common = {"self", "obs_dim", "action_dim", "hidden_sizes", "init_log_std"}
+    common = {"self", "obs_dim", "action_dim", "hidden_sizes", "init_log_std", "obs_shapes"}
     # (action_chunk and obs_indices are options: policies that have them list them in their signature)
     parameters = inspect.signature(POLICIES.get(name).__init__).parameters
     return [p for p in parameters if p not in common and parameters[p].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]

@@ -38,6 +38,16 @@ def env_options(config: TrainConfig) -> dict:
     return options
 
 
+def observation_spec(obs_shape) -> dict:
+    """The policy's observation arguments from an env worker's ``observation_shape``: ``obs_dim`` D for state
+    vectors ``[D]``; for dict observations (camera images) also ``obs_shapes``, each part's shape without the batch
+    axis (e.g. ``{"rgb": [H, W, 3], "state": [D], "instruction": []}``), with ``obs_dim`` the state's D."""
+    if isinstance(obs_shape, dict):
+        shapes = {k: [int(d) for d in v] for k, v in obs_shape.items()}
+        return dict(obs_dim=shapes["state"][0] if shapes.get("state") else 0, obs_shapes=shapes)
+    return dict(obs_dim=int(obs_shape[0]))
+
+
 @dataclass
 class EmbodiedWorkers:
     channel: Channel
@@ -143,9 +153,9 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
                       node_ids=node_ids_for(config, "env"))
     obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
                                        env.workers[0].action_shape.remote()])
-    policy_spec = dict(name=config.policy.name, obs_dim=int(obs_shape[0]), action_dim=int(action_shape[0]),
+    policy_spec = dict(name=config.policy.name, action_dim=int(action_shape[0]),
                        hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std,
-                       **dict(config.policy.options))
+                       **observation_spec(obs_shape), **dict(config.policy.options))
     rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
                           policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
                           gpu_slots=gpus("rollout"), node_ids=node_ids_for(config, "rollout"))

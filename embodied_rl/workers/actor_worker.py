@@ -110,8 +110,11 @@ class ActorWorker(Worker):
         return metrics
 
     def _tensor(self, value):
+        """Arrays (and dicts of them) as tensors on the device; string arrays (the instruction) stay numpy."""
         if isinstance(value, dict):
             return {k: self._tensor(v) for k, v in value.items()}
+        if isinstance(value, np.ndarray) and value.dtype.kind not in "biufc":
+            return value
         if isinstance(value, np.ndarray) and not value.flags.writeable:
             value = value.copy()  # arrays read from shared memory or h5 files may be read-only
         return torch.as_tensor(value).to(self.device)

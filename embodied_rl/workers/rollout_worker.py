@@ -99,8 +99,9 @@ class RolloutWorker(Worker):
             pieces.append(r.obs)
             if r.final_obs is not None:
                 pieces.append(r.final_obs)
-        obs = stack_obs(pieces)  # an array, or a dict of arrays (camera images with the proprioceptive state)
-        obs = ({k: torch.as_tensor(v).to(self.device) for k, v in obs.items()} if isinstance(obs, dict)
+        # An array, or a dict of arrays (camera images with the proprioceptive state, and maybe the instruction)
+        obs = stack_obs(pieces)
+        obs = ({k: _policy_input(v, self.device) for k, v in obs.items()} if isinstance(obs, dict)
                else torch.as_tensor(obs).to(self.device))
         actions, logp, values = self.policy.act(obs, deterministic=deterministic)
         actions, logp, values = actions.cpu().numpy(), logp.cpu().numpy(), values.cpu().numpy()
@@ -116,6 +117,11 @@ class RolloutWorker(Worker):
                 responses_key(r.env_rank, r.stage))
             offset += n + k
             self.requests_served += 1
+
+
+def _policy_input(value, device):
+    """A numeric array as a tensor on ``device``; strings (the instruction, unicode ``[B]``) stay numpy arrays."""
+    return torch.as_tensor(value).to(device) if value.dtype.kind in "biufc" else value
 
 
 def _rows(obs) -> int:

@@ -1,4 +1,5 @@
-"""Fills one env group's ``[T, b]`` trajectory arrays step by step (array or dict observations)."""
+"""Fills one env group's ``[T, b]`` trajectory arrays step by step (array or dict observations; a dict may hold
+string arrays, e.g. the language instruction ``[b]``, stored as numpy unicode ``[T, b]``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ def _empty_like_obs(obs, steps: int):
 def _store(buffer, t: int, obs) -> None:
     if isinstance(buffer, dict):
         for k in buffer:
-            buffer[k][t] = obs[k]
+            value = np.asarray(obs[k])
+            if value.dtype.kind == "U" and value.dtype.itemsize > buffer[k].dtype.itemsize:
+                buffer[k] = buffer[k].astype(value.dtype)  # a longer string than any before: widen, never cut
+            buffer[k][t] = value
     else:
         buffer[t] = obs
 

@@ -1,6 +1,8 @@
 """ManiSkill3 tasks in the registry. Each task is one decorated function.
 
-These are built-in tasks (``builtin=True``): each has a recipe ``embodied_rl/configs/<task>.yaml``.
+These are built-in tasks (``builtin=True``): each has a recipe ``embodied_rl/configs/<task>.yaml``. Each states
+its instruction, which camera observations carry as ``obs["instruction"]`` (sim_envs/instructions.py); the colours
+named are ManiSkill's (PickCube's green goal marker is hidden from the cameras, so its instruction does not name it).
 """
 
 from __future__ import annotations
@@ -27,36 +29,36 @@ def make_maniskill(env_id: str, num_envs: int, **overrides):
 
 
 @register_task("maniskill_pushcube", "Push a cube onto a goal region (Panda)", "maniskill", "PushCube-v1",
-               builtin=True)
+               builtin=True, instruction="push the blue cube onto the red and white target")
 def pushcube(num_envs: int, **overrides):
     return make_maniskill("PushCube-v1", num_envs, **overrides)
 
 
 @register_task("maniskill_pickcube", "Pick up a cube and move it to a goal position (Panda)", "maniskill",
-               "PickCube-v1", builtin=True)
+               "PickCube-v1", builtin=True, instruction="pick up the red cube and move it to the goal position")
 def pickcube(num_envs: int, **overrides):
     return make_maniskill("PickCube-v1", num_envs, **overrides)
 
 
 @register_task("maniskill_stackcube", "Stack a red cube on a green cube (Panda)", "maniskill", "StackCube-v1",
-               builtin=True)
+               builtin=True, instruction="stack the red cube on the green cube")
 def stackcube(num_envs: int, **overrides):
     return make_maniskill("StackCube-v1", num_envs, **overrides)
 
 
 @register_task("maniskill_pullcube", "Pull a cube back to a goal region (Panda)", "maniskill", "PullCube-v1",
-               builtin=True)
+               builtin=True, instruction="pull the blue cube back onto the red and white target")
 def pullcube(num_envs: int, **overrides):
     return make_maniskill("PullCube-v1", num_envs, **overrides)
 
 
 @register_task("maniskill_peginsertionside", "Insert a peg into a hole from the side (Panda)", "maniskill",
-               "PegInsertionSide-v1", builtin=True)
+               "PegInsertionSide-v1", builtin=True, instruction="insert the peg into the hole from the side")
 def peginsertionside(num_envs: int, **overrides):
     return make_maniskill("PegInsertionSide-v1", num_envs, **overrides)
 
 
 @register_task("maniskill_picksingleycb", "Pick up a YCB object (needs the ycb asset download)", "maniskill",
-               "PickSingleYCB-v1", builtin=True)
+               "PickSingleYCB-v1", builtin=True, instruction="pick up the object and move it to the goal position")
 def picksingleycb(num_envs: int, **overrides):
     return make_maniskill("PickSingleYCB-v1", num_envs, **overrides)
