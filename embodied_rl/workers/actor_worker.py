@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from embodied_rl.algorithms.embodied import ALGORITHMS
+from embodied_rl.algorithms.embodied.base import select_rows
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
@@ -134,8 +135,7 @@ class ActorWorker(Worker):
             order = torch.randperm(n, generator=self.generator)
             for start in range(0, n - minibatch + 1, minibatch):
                 idx = order[start:start + minibatch].to(self.device)
-                rows = {k: ({o: t[idx] for o, t in v.items()} if isinstance(v, dict) else v[idx])
-                        for k, v in samples.items()}
+                rows = select_rows(samples, idx)
                 loss, loss_metrics = self.algorithm.loss(self.algorithm.evaluate(self.policy, rows), rows)
                 # Checked before every step (as CleanRL does): one epoch of many small minibatches can
                 # otherwise carry the policy far past the trust region before an epoch-level check sees it.
@@ -191,8 +191,7 @@ class ActorWorker(Worker):
             self._set_learning_rate(self.supervised_steps / self.algorithm.config.gradient_steps)
             self.supervised_steps += 1
             idx = torch.randint(n, (batch_size,), generator=self.generator).to(self.device)
-            rows = {k: ({o: t[idx] for o, t in v.items()} if isinstance(v, dict) else v[idx])
-                    for k, v in self.demonstrations.items()}
+            rows = select_rows(self.demonstrations, idx)
             loss, loss_metrics = self.algorithm.loss(self.algorithm.evaluate(self.policy, rows), rows)
             self._step(loss)
             for name, value in loss_metrics.items():

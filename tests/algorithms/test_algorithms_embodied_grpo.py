@@ -78,3 +78,16 @@ def test_loss_adds_the_kl_to_the_reference_policy_when_asked():
     assert metrics["kl_to_reference"] == pytest.approx(0.25)
     assert with_kl.item() == pytest.approx(0.5 * 0.25)
     assert GRPO(GRPOConfig(kl_coef=0.5)).uses_reference and not GRPO(GRPOConfig()).uses_reference
+
+
+def test_camera_observations_with_instruction_strings_pass_through_selection():
+    import numpy as np
+
+    batch = _batch({(0, 0): 0})
+    T, B = batch["obs"].shape[:2]
+    batch["obs"] = {"state": batch["obs"], "instruction": np.full((T, B), "pick up the cube")}
+    algorithm = GRPO(GRPOConfig(group_size=2))
+    selected, _ = algorithm.select(batch)
+    samples, _ = algorithm.prepare([selected])
+    assert samples["obs"]["state"][:, 0].tolist() == [0, 1, 11]  # env 0 up to its success, env 1 both steps
+    assert isinstance(samples["obs"]["instruction"], np.ndarray) and len(samples["obs"]["instruction"]) == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+import numpy as np
 import torch
 
 from embodied_rl.algorithms.registry import Registry
@@ -100,6 +101,25 @@ class Algorithm:
 def algorithm_config_class(name: str):
     """The config dataclass of algorithm ``name`` (KeyError listing the allowed names)."""
     return ALGORITHMS.get(name).config_class
+
+
+def select_rows(x, index):
+    """Rows ``index`` (a slice, or indices or a bool mask as a torch tensor) of a tensor, a numpy array (e.g.
+    instruction strings, which stay numpy) or a dict of them."""
+    if isinstance(x, dict):
+        return {k: select_rows(v, index) for k, v in x.items()}
+    if isinstance(x, np.ndarray) and isinstance(index, torch.Tensor):
+        return x[index.cpu().numpy()]
+    return x[index]
+
+
+def concat_rows(parts: list):
+    """Concatenate along the first axis tensors, numpy arrays or dicts of them."""
+    if isinstance(parts[0], dict):
+        return {k: concat_rows([p[k] for p in parts]) for k in parts[0]}
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts)
+    return torch.cat(parts)
 
 
 def flat_steps(x: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,8 @@ from typing import Iterator
 import torch
 
 from embodied_rl.algorithms.advantages import grpo_advantages
-from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, Problem, UpdateConfig
+from embodied_rl.algorithms.embodied.base import (ALGORITHMS, Algorithm, Problem, UpdateConfig, concat_rows,
+                                                 select_rows)
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
 from embodied_rl.algorithms.losses import KL_KINDS, kl_penalty, policy_loss
 
@@ -89,7 +90,7 @@ def to_episodes(x, length: int):
     if isinstance(x, dict):
         return {k: to_episodes(v, length) for k, v in x.items()}
     T, B = x.shape[:2]
-    x = x.reshape(T // length, length, B, *x.shape[2:]).transpose(1, 2)
+    x = x.reshape(T // length, length, B, *x.shape[2:]).swapaxes(1, 2)  # swapaxes: torch and numpy alike
     return x.reshape(T // length * B, length, *x.shape[3:])
 
 
@@ -128,8 +129,7 @@ class GRPO(Algorithm):
         keep = dynamic_sampling_mask(scores, c.group_size) if c.filter_groups else torch.ones_like(valid[:, 0])
         episodes = dict(obs=to_episodes(batch["obs"], length), actions=to_episodes(batch["actions"], length),
                         logp=to_episodes(batch["logp"], length), valid=valid, scores=scores)
-        kept = {k: ({o: t[keep] for o, t in v.items()} if isinstance(v, dict) else v[keep])
-                for k, v in episodes.items()}
+        kept = {k: select_rows(v, keep) for k, v in episodes.items()}
         kept["groups_sampled"] = groups
         metrics = {"train/groups_sampled": groups, "train/groups_kept": int(keep.sum()) // c.group_size,
                    "train/score_mean": scores.mean().item(),
@@ -145,14 +145,10 @@ class GRPO(Algorithm):
         advantage."""
         c = self.config
         limit = selected[0]["groups_sampled"] * c.group_size
-        cat = lambda key: torch.cat([s[key] for s in selected])[:limit]  # noqa: E731
+        cat = lambda key: select_rows(concat_rows([s[key] for s in selected]), slice(0, limit))  # noqa: E731
         scores, valid = cat("scores"), cat("valid")
         advantages = grpo_advantages(scores, c.group_size, normalize_std=c.normalize_std)
-        if isinstance(selected[0]["obs"], dict):
-            obs = {k: torch.cat([s["obs"][k] for s in selected])[:limit][valid] for k in selected[0]["obs"]}
-        else:
-            obs = cat("obs")[valid]
-        samples = dict(obs=obs, actions=cat("actions")[valid], old_logp=cat("logp")[valid],
+        samples = dict(obs=select_rows(cat("obs"), valid), actions=cat("actions")[valid], old_logp=cat("logp")[valid],
                        advantages=advantages[:, None].expand_as(valid)[valid])
         metrics = {"train/advantage_abs_mean": advantages.abs().mean().item(),
                    "train/groups_trained": len(scores) // c.group_size, "train/steps_trained": int(valid.sum())}
