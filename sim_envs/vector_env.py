@@ -70,6 +70,15 @@ def obs_rows(obs: Observation, index) -> Observation:
     return obs[index]
 
 
+def set_obs_row(obs: Observation, i: int, row) -> None:
+    """Write one env's observation ``row`` into row ``i`` of ``obs`` (array or dict of arrays), in place."""
+    if isinstance(obs, dict):
+        for k in obs:
+            obs[k][i] = row[k]
+    else:
+        obs[i] = row
+
+
 def stack_obs(items: list[Observation]) -> Observation:
     """Concatenate observations along the env axis."""
     if isinstance(items[0], dict):

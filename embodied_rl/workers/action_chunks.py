@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim_envs.vector_env import EpisodeStats, StepBatch, copy_obs
+from sim_envs.vector_env import EpisodeStats, StepBatch, copy_obs, obs_rows, set_obs_row
 
 
 def finished_episodes(episodes: EpisodeStats) -> list[tuple[int, dict]]:
@@ -44,25 +44,12 @@ def step_decision(env, actions: np.ndarray) -> tuple[StepBatch, list[tuple[int, 
         success |= batch.success & live
         finished.extend(finished_episodes(batch.episodes))
         for i in np.flatnonzero((batch.terminated | batch.truncated) & live):
-            final_rows[int(i)] = _row(batch.final_obs, i)
+            final_rows[int(i)] = copy_obs(obs_rows(batch.final_obs, i))
         ended |= batch.terminated | batch.truncated
     final_obs = batch.obs
     if final_rows:
         final_obs = copy_obs(batch.obs)
         for i, row in final_rows.items():
-            _set_row(final_obs, i, row)
+            set_obs_row(final_obs, i, row)
     return StepBatch(batch.obs, rewards, terminated, truncated, final_obs, success, batch.episodes), finished
 
-
-def _row(obs, i):
-    if isinstance(obs, dict):
-        return {k: v[i].copy() for k, v in obs.items()}
-    return obs[i].copy()
-
-
-def _set_row(obs, i, row) -> None:
-    if isinstance(obs, dict):
-        for k in obs:
-            obs[k][i] = row[k]
-    else:
-        obs[i] = row

@@ -6,7 +6,7 @@ import numpy as np
 
 from sim_envs.maniskill.options import ManiSkillOptions
 from sim_envs.maniskill.single import SingleCpuEnv
-from sim_envs.vector_env import EpisodeTracker, StepBatch, copy_obs, stack_obs
+from sim_envs.vector_env import EpisodeTracker, StepBatch, copy_obs, set_obs_row, stack_obs
 
 
 class InProcessManiSkillEnvs:
@@ -59,7 +59,7 @@ class InProcessManiSkillEnvs:
         if final_rows:
             final_obs = copy_obs(obs)
             for i, row in final_rows.items():
-                _set_row(final_obs, i, row)
+                set_obs_row(final_obs, i, row)
         return StepBatch(obs, rewards, terminated, truncated, final_obs, success, episodes)
 
     def render(self) -> np.ndarray:
@@ -81,10 +81,3 @@ def _expand(row):
         return {k: v[None] for k, v in row.items()}
     return row[None]
 
-
-def _set_row(obs, i, row) -> None:
-    if isinstance(obs, dict):
-        for k in obs:
-            obs[k][i] = row[k]
-    else:
-        obs[i] = row
