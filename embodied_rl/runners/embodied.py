@@ -177,7 +177,7 @@ class EmbodiedRunner:
             log.log(metrics, self.env_steps)
         if evaluated and self.last_eval.get("eval/success_once", -1.0) > self.best_success:
             self.best_success = self.last_eval["eval/success_once"]
-            with turns.training("checkpoint"):
+            with turns.training("best_checkpoint"):
                 self.save(workers, self.run_dir / BEST_CHECKPOINT_DIR, keep_last=1)
         if finished or (c.checkpoint.every_iterations and self.iteration % c.checkpoint.every_iterations == 0):
             with turns.training("checkpoint"):
