@@ -17,14 +17,15 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from embodied_rl.algorithms.embodied import ALGORITHMS
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.schema import TrainConfig
+from embodied_rl.runners.demonstrations import load_sft_demonstrations
 from embodied_rl.runners.eval_video import record_eval_video
 from embodied_rl.runners.setup import start_workers
 from embodied_rl.runners.turns import PhaseTurns
 from embodied_rl.runtime import Cluster
 from embodied_rl.runtime.device_lock import DeviceLock
-from embodied_rl.runners.demonstrations import load_sft_demonstrations
 from embodied_rl.utils.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from embodied_rl.utils.metrics_log import MetricsLog
 from embodied_rl.utils.progress import TrainingProgress
@@ -64,7 +65,7 @@ class EmbodiedRunner:
 
     @property
     def supervised(self) -> bool:
-        return self.config.algorithm.name == "sft"
+        return ALGORITHMS.get(self.config.algorithm.name).supervised
 
     def total_iterations(self) -> int:
         """SFT: gradient steps of the stage in iterations of ``algorithm.steps_per_iteration``."""

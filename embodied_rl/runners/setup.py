@@ -20,7 +20,9 @@ WEIGHTS_COLLECTIVE = "weights"
 
 def grouped(config: TrainConfig) -> bool:
     """Whether the algorithm trains on groups of envs that run whole episodes in lock-step (GRPO)."""
-    return hasattr(config.algorithm, "group_size")
+    from embodied_rl.algorithms.embodied import ALGORITHMS
+
+    return ALGORITHMS.get(config.algorithm.name).grouped_episodes
 
 
 def action_chunk(config: TrainConfig) -> int:

@@ -71,6 +71,8 @@ class Algorithm:
     config_class = UpdateConfig
     uses_critic = True
     uses_reference = False  # the actor keeps a frozen copy of the initial policy and adds ``ref_logp``
+    supervised = False  # trains on demonstrations (the runner's SFT loop), not on sampled trajectories
+    grouped_episodes = False  # envs run whole episodes in lock-step groups sharing initial states (GRPO)
 
     def __init__(self, config):
         self.config = config

@@ -106,6 +106,7 @@ def success_scores(success: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class GRPO(Algorithm):
     config_class = GRPOConfig
     uses_critic = False
+    grouped_episodes = True
 
     @property
     def uses_reference(self) -> bool:

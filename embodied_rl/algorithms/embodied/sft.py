@@ -61,6 +61,7 @@ class SFT(Algorithm):
 
     config_class = SFTConfig
     uses_critic = False
+    supervised = True
 
     def learning_rate(self, progress: float) -> float:
         """Cosine from ``lr`` at progress 0 to 0 at progress 1 (constant without ``cosine_decay``)."""
