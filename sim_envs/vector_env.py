@@ -57,8 +57,10 @@ class VectorEnv(Protocol):
     def reset(self, seed: int | None = None, state_ids: list[int] | None = None) -> Observation:
         """Reset all envs; ``state_ids[i]`` picks env i's initial state (same id, same initial state)."""
 
-    def step(self, actions: np.ndarray) -> StepBatch:
-        """Step all envs with float32 actions ``[N, A]`` (clipped to the action space)."""
+    def step(self, actions: np.ndarray, observe: bool = True) -> StepBatch:
+        """Step all envs with float32 actions ``[N, A]`` (clipped to the action space). ``observe=False``: nobody
+        looks at this step's camera images (a step inside an action chunk), so an env may skip rendering them and
+        repeat the last rendered ones; everything else (state, rewards, flags) is fresh."""
 
     def close(self) -> None: ...
 

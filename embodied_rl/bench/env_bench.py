@@ -43,7 +43,7 @@ def measure_baseline(config: TrainConfig, num_envs: int, steps: int) -> float:
             obs, *_ = vector_env.step(policy.act(torch.as_tensor(obs))[0].numpy())
         start = time.perf_counter()
         for _ in range(steps):
-            actions, _, _ = policy.act(torch.as_tensor(obs))
+            actions = policy.act(torch.as_tensor(obs))[0]
             obs, *_ = vector_env.step(actions.numpy())
         return steps * num_envs / (time.perf_counter() - start)
     finally:

@@ -51,6 +51,9 @@ class RolloutConfig:
 class PolicyConfig:
     name: str = "mlp"
     """A registered policy."""
+    size: str = "tiny"
+    """For policies with published sizes (openvla, openvla_oft, pi0; their class attribute ``sizes``): ``tiny`` runs
+    on a laptop CPU, ``full`` is the published architecture (a GPU's worth of memory). Other policies: tiny."""
     hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
     """Widths of the actor and critic hidden layers."""
     init_log_std: float = -0.5
@@ -212,13 +215,16 @@ def _validate_algorithm(c: TrainConfig) -> None:
 
 def _validate_policy(c: TrainConfig) -> None:
     from embodied_rl.models import POLICIES
-    from embodied_rl.models.registry import observation_modes, policy_options
+    from embodied_rl.models.registry import observation_modes, policy_options, policy_sizes
 
     _require(c.policy.name in POLICIES.names(), "policy.name", c.policy.name, ", ".join(POLICIES.names()))
     allowed = policy_options(c.policy.name)
     for option in c.policy.options:
         _require(option in allowed, f"policy.options.{option}", c.policy.options[option],
                  f"options of policy {c.policy.name!r}: {', '.join(allowed) or 'none'}")
+    sizes = policy_sizes(c.policy.name)
+    _require(c.policy.size in sizes, "policy.size", c.policy.size, f"sizes of policy {c.policy.name!r}: "
+             f"{', '.join(sizes)}")
     modes = observation_modes(c.policy.name)
     if c.env.obs_mode not in modes:
         takers = [name for name in POLICIES.names() if c.env.obs_mode in observation_modes(name)]

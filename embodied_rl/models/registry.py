@@ -17,12 +17,17 @@ def observation_modes(name: str) -> tuple[str, ...]:
     return tuple(getattr(POLICIES.get(name), "observation_modes", ("state",)))
 
 
+def policy_sizes(name: str) -> tuple[str, ...]:
+    """The ``policy.size`` values policy ``name`` takes (its class attribute ``sizes``; ``("tiny",)`` if none)."""
+    return tuple(getattr(POLICIES.get(name), "sizes", ("tiny",)))
+
+
 def policy_options(name: str) -> list[str]:
     """Keyword options policy ``name`` takes beyond those every policy gets (obs/action dims, widths, log std, and
     for dict observations their shapes)."""
     import inspect
 
-    common = {"self", "obs_dim", "action_dim", "hidden_sizes", "init_log_std", "obs_shapes"}
+    common = {"self", "obs_dim", "action_dim", "hidden_sizes", "init_log_std", "obs_shapes", "size"}
     # (action_chunk and obs_indices are options: policies that have them list them in their signature)
     parameters = inspect.signature(POLICIES.get(name).__init__).parameters
     return [p for p in parameters if p not in common and parameters[p].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]

@@ -30,6 +30,13 @@ def action_chunk(config: TrainConfig) -> int:
     return int(config.policy.options.get("action_chunk", 1))
 
 
+def policy_size(config: TrainConfig) -> dict:
+    """``{"size": policy.size}`` for a policy with published sizes (see ``PolicyConfig.size``), else nothing."""
+    from embodied_rl.models.registry import POLICIES
+
+    return {"size": config.policy.size} if hasattr(POLICIES.get(config.policy.name), "sizes") else {}
+
+
 def env_options(config: TrainConfig) -> dict:
     e = config.env
     options = dict(obs_mode=e.obs_mode, control_mode=e.control_mode, reward_mode=e.reward_mode,
@@ -59,6 +66,7 @@ class EmbodiedWorkers:
     policy_spec: dict
     placement: object
     last_serving: list | None = None  # each rollout worker's counters from its last ``serve``
+    weights_synced: bool = False  # the rollout workers hold the actor's full weights (frozen ones included)
 
     def sample(self, num_steps: int) -> list[dict]:
         """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes."""
@@ -95,21 +103,27 @@ class EmbodiedWorkers:
                         backend="nccl" if device.startswith("cuda") else "gloo")
 
     def broadcast_weights(self) -> int:
-        """Actor -> every rollout worker through the collective group; returns the version they installed."""
-        sent = self.actor.call("broadcast_weights", WEIGHTS_COLLECTIVE)
-        received = self.rollout.call("receive_weights", WEIGHTS_COLLECTIVE)
+        """Actor -> every rollout worker through the collective group; returns the version they installed. After
+        the first sync only trained weights travel (frozen ones, e.g. a LoRA base, are already in place)."""
+        only_trained = self.weights_synced
+        sent = self.actor.call("broadcast_weights", WEIGHTS_COLLECTIVE, only_trained)
+        received = self.rollout.call("receive_weights", WEIGHTS_COLLECTIVE, only_trained)
         versions = ray.get(sent + received)
         if len(set(versions)) != 1:
             raise RuntimeError(f"weight broadcast left mixed policy versions {versions}")
+        self.weights_synced = True
         return versions[0]
 
     def publish_weights(self):
-        """The actor's ``(weights, version)`` copied to the object store (host memory); returns its reference."""
-        return self.actor.call("get_weights")[0]
+        """The actor's ``(weights, version)`` copied to the object store (host memory); returns its reference.
+        After the first publication only trained weights travel (see ``broadcast_weights``)."""
+        return self.actor.call("get_weights", self.weights_synced)[0]
 
     def install_weights(self, weights_ref) -> int:
         """Load published weights into every rollout worker; returns their policy version."""
-        return ray.get(self.rollout.call("load_weights", weights_ref))[0]
+        version = ray.get(self.rollout.call("load_weights", weights_ref))[0]
+        self.weights_synced = True
+        return version
 
 
 def node_ids_for(config: TrainConfig, component: str) -> list[str] | None:
@@ -157,7 +171,7 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
                                        env.workers[0].action_shape.remote()])
     policy_spec = dict(name=config.policy.name, action_dim=int(action_shape[0]),
                        hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std,
-                       **observation_spec(obs_shape), **dict(config.policy.options))
+                       **observation_spec(obs_shape), **policy_size(config), **dict(config.policy.options))
     rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
                           policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
                           gpu_slots=gpus("rollout"), node_ids=node_ids_for(config, "rollout"))

@@ -36,7 +36,8 @@ def step_decision(env, actions: np.ndarray) -> tuple[StepBatch, list[tuple[int, 
     finished: list[tuple[int, dict]] = []
     batch = None
     for k in range(actions.shape[1]):
-        batch = env.step(actions[:, k])
+        # Only the observation after the chunk is looked at: steps inside it may skip rendering cameras.
+        batch = env.step(actions[:, k], observe=k == actions.shape[1] - 1)
         live = ~ended
         rewards[live] += batch.rewards[live]
         terminated |= batch.terminated & live

@@ -21,7 +21,7 @@ from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
 from embodied_rl.workers.trajectory_buffer import concat_obs
-from embodied_rl.workers.weights import load_numpy_weights, weights_to_numpy
+from embodied_rl.workers.weights import load_numpy_weights, weights_template, weights_to_numpy
 
 
 class ActorWorker(Worker):
@@ -66,13 +66,15 @@ class ActorWorker(Worker):
             raise RuntimeError(f"actor worker {self.address} cannot {action} while offloaded; call onload() first "
                                "(in its turn on the device)")
 
-    def get_weights(self) -> tuple[dict, int]:
-        """``(state_dict as numpy arrays, policy version)``; reads the host copy when offloaded."""
-        return weights_to_numpy(self.policy), self.policy_version
+    def get_weights(self, only_trained: bool = False) -> tuple[dict, int]:
+        """``(state_dict as numpy arrays, policy version)``; reads the host copy when offloaded. ``only_trained``:
+        leave out frozen weights (a LoRA base) for receivers that already hold them."""
+        return weights_to_numpy(self.policy, only_trained), self.policy_version
 
-    def broadcast_weights(self, collective: str) -> int:
-        """As rank 0 of ``collective``: send the weights and the policy version to every other rank."""
-        state = {k: v.detach() for k, v in self.policy.state_dict().items()}
+    def broadcast_weights(self, collective: str, only_trained: bool = False) -> int:
+        """As rank 0 of ``collective``: send the weights (``only_trained``: without frozen ones) and the policy
+        version to every other rank."""
+        state = {k: v.detach() for k, v in weights_template(self.policy, only_trained).items()}
         state[POLICY_VERSION_KEY] = torch.tensor(self.policy_version, dtype=torch.int64)
         self.collectives[collective].broadcast_state_dict(state, src=0)
         return self.policy_version

@@ -33,7 +33,8 @@ class PolicyRequest:
 @dataclass
 class PolicyResponse:
     """actions ``[b, A]`` float32, logp ``[b]``, values ``[b]``, final_values ``[k]``; produced by
-    ``policy_version``."""
+    ``policy_version``. ``stored``: what the policy keeps of its decision for the update (``{"stored.<name>": [b,
+    ...]}``, e.g. a Pi0 denoising chain), recorded beside the step's observation; None when it keeps nothing."""
 
     actions: np.ndarray | None
     logp: np.ndarray | None
@@ -41,6 +42,7 @@ class PolicyResponse:
     final_values: np.ndarray
     policy_version: int
     rollout_rank: int
+    stored: dict | None = None
 
 
 class StopServing:

@@ -11,11 +11,12 @@ import time
 import torch
 
 from embodied_rl.models import build_policy
+from embodied_rl.models.outputs import unpack_act
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import (POLICY_VERSION_KEY, REQUESTS_KEY, PolicyRequest, PolicyResponse,
                                           StopServing, responses_key)
-from embodied_rl.workers.weights import load_numpy_weights, weights_to_numpy
+from embodied_rl.workers.weights import load_numpy_weights, weights_template, weights_to_numpy
 from sim_envs.vector_env import stack_obs
 
 
@@ -55,9 +56,10 @@ class RolloutWorker(Worker):
         """``(state_dict as numpy arrays, policy version)`` of the inference copy."""
         return weights_to_numpy(self.policy), self.policy_version
 
-    def receive_weights(self, collective: str) -> int:
-        """Receive the weights broadcast by rank 0 of ``collective`` into the policy in place; returns the version."""
-        template = dict(self.policy.state_dict())
+    def receive_weights(self, collective: str, only_trained: bool = False) -> int:
+        """Receive the weights broadcast by rank 0 of ``collective`` into the policy in place (``only_trained``:
+        without the frozen ones, which this copy already holds); returns the version."""
+        template = weights_template(self.policy, only_trained)
         template[POLICY_VERSION_KEY] = torch.zeros((), dtype=torch.int64)
         received = self.collectives[collective].broadcast_state_dict(template, src=0)
         self.policy_version = int(received[POLICY_VERSION_KEY])
@@ -103,8 +105,9 @@ class RolloutWorker(Worker):
         obs = stack_obs(pieces)
         obs = ({k: _policy_input(v, self.device) for k, v in obs.items()} if isinstance(obs, dict)
                else torch.as_tensor(obs).to(self.device))
-        actions, logp, values = self.policy.act(obs, deterministic=deterministic)
+        actions, logp, values, stored = unpack_act(self.policy.act(obs, deterministic=deterministic))
         actions, logp, values = actions.cpu().numpy(), logp.cpu().numpy(), values.cpu().numpy()
+        stored = {k: v.cpu().numpy() for k, v in stored.items()} if stored else None
         self.forward_passes += 1
         offset = 0
         for r in requests:
@@ -113,7 +116,8 @@ class RolloutWorker(Worker):
             rows = slice(offset, offset + n)
             self.channel.put(PolicyResponse(
                 actions[rows] if r.want_actions else None, logp[rows] if r.want_actions else None,
-                values[rows], values[offset + n: offset + n + k], self.policy_version, self.rank),
+                values[rows], values[offset + n: offset + n + k], self.policy_version, self.rank,
+                {key: v[rows] for key, v in stored.items()} if stored and r.want_actions else None),
                 responses_key(r.env_rank, r.stage))
             offset += n + k
             self.requests_served += 1

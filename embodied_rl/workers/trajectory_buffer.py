@@ -16,7 +16,7 @@ def _empty_like_obs(obs, steps: int):
 
 def _store(buffer, t: int, obs) -> None:
     if isinstance(buffer, dict):
-        for k in buffer:
+        for k in obs:  # the env's parts; the buffer may also hold what the policy stored (record_policy)
             value = np.asarray(obs[k])
             if value.dtype.kind == "U" and value.dtype.itemsize > buffer[k].dtype.itemsize:
                 buffer[k] = buffer[k].astype(value.dtype)  # a longer string than any before: widen, never cut
@@ -49,7 +49,17 @@ class TrajectoryBuffer:
         self.next_value = np.zeros(b, np.float32)
 
     def record_policy(self, t: int, obs, response) -> None:
+        """The observation of decision ``t`` and the policy's answer; what the policy stored of its decision
+        (``response.stored``, keys ``stored.*``) joins the observation dict (buffers made at the first decision)."""
         _store(self.obs, t, obs)
+        if response.stored:
+            if not isinstance(self.obs, dict):
+                raise TypeError("a policy that stores parts of its decisions needs dict observations")
+            steps = len(self.actions)
+            for k, v in response.stored.items():
+                if k not in self.obs:
+                    self.obs[k] = np.zeros((steps, *v.shape), v.dtype)
+                self.obs[k][t] = v
         self.actions[t], self.logp[t], self.values[t] = response.actions, response.logp, response.values
         self.versions[t] = response.policy_version
 

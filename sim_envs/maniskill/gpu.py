@@ -38,7 +38,7 @@ class GpuManiSkillEnvs:
         self.tracker.reset_all()
         return _numpy(obs)
 
-    def step(self, actions: np.ndarray) -> StepBatch:
+    def step(self, actions: np.ndarray, observe: bool = True) -> StepBatch:  # renders every step (batched)
         import torch
 
         device = self.vector_env.unwrapped.device

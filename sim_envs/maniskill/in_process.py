@@ -37,7 +37,9 @@ class InProcessManiSkillEnvs:
         # Later episodes of env i continue a seed stream disjoint from the other envs'.
         self._episode_seeds = [s + self.num_envs for s in self._episode_seeds]
 
-    def step(self, actions: np.ndarray) -> StepBatch:
+    def step(self, actions: np.ndarray, observe: bool = True) -> StepBatch:
+        """See ``VectorEnv.step``; with ``observe=False`` camera envs skip rendering (the first observation of an
+        episode started by the autoreset is always rendered)."""
         n = self.num_envs
         rewards = np.zeros(n, np.float32)
         terminated = np.zeros(n, bool)
@@ -45,7 +47,7 @@ class InProcessManiSkillEnvs:
         success = np.zeros(n, bool)
         next_obs, final_rows = [], {}
         for i, env in enumerate(self.envs):
-            obs, rewards[i], terminated[i], truncated[i], success[i] = env.step(actions[i])
+            obs, rewards[i], terminated[i], truncated[i], success[i] = env.step(actions[i], observe=observe)
             if terminated[i] or truncated[i]:
                 final_rows[i] = obs
                 obs = env.reset(seed=self._episode_seeds[i])

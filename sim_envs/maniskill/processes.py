@@ -50,7 +50,7 @@ class ProcessManiSkillEnvs:
         self.tracker.reset_all()
         return obs
 
-    def step(self, actions: np.ndarray) -> StepBatch:
+    def step(self, actions: np.ndarray, observe: bool = True) -> StepBatch:  # every step renders (AsyncVectorEnv)
         obs, rewards, terminated, truncated, info = self.vector_env.step(np.clip(actions, self._low, self._high))
         rewards = np.asarray(rewards, np.float32)
         terminated = np.asarray(terminated, bool)

@@ -58,6 +58,7 @@ class SingleCpuEnv:
         self.action_shape = tuple(self.env.unwrapped.single_action_space.shape)
         self.action_low = self.env.unwrapped.single_action_space.low
         self.action_high = self.env.unwrapped.single_action_space.high
+        self.sensor_cache = SensorCache(self.env.unwrapped) if "rgb" in options.obs_mode.split("+") else None
 
     def reset(self, seed: int | None = None):
         try:
@@ -66,9 +67,12 @@ class SingleCpuEnv:
             raise translate_simulator_error(error) from error
         return _unbatch(_to_numpy(obs))
 
-    def step(self, action: np.ndarray):
-        """action ``[A]`` -> (obs, reward, terminated, truncated, success)."""
+    def step(self, action: np.ndarray, observe: bool = True):
+        """action ``[A]`` -> (obs, reward, terminated, truncated, success). ``observe=False``: the camera images
+        are the last rendered ones (no render; the state part is fresh)."""
         action = np.clip(action, self.action_low, self.action_high)[None]
+        if self.sensor_cache is not None:
+            self.sensor_cache.render_next = observe
         obs, reward, terminated, truncated, info = self.env.step(action)
         success = bool(_to_numpy(info["success"]).reshape(-1)[0]) if "success" in info else False
         terminated = bool(_to_numpy(terminated).reshape(-1)[0])
@@ -83,6 +87,28 @@ class SingleCpuEnv:
 
     def close(self) -> None:
         self.env.close()
+
+
+class SensorCache:
+    """Wraps a ManiSkill env's sensor capture (``_get_obs_sensor_data``: render + read back, the cost of a camera
+    step on CPU) so that a step can reuse the last captured images instead (``render_next = False``). Resets and
+    steps with ``render_next = True`` capture for real."""
+
+    def __init__(self, unwrapped_env):
+        self.capture = unwrapped_env._get_obs_sensor_data
+        self.last = None
+        self.render_next = True
+        self.renders = self.reuses = 0
+        unwrapped_env._get_obs_sensor_data = self._sensor_data
+
+    def _sensor_data(self, *args, **kwargs):
+        if self.render_next or self.last is None:
+            self.last = self.capture(*args, **kwargs)
+            self.renders += 1
+        else:
+            self.reuses += 1
+        self.render_next = True  # only the step asked for skips; a reset inside it renders
+        return self.last
 
 
 def find_max_episode_steps(env) -> int:

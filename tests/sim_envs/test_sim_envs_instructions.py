@@ -23,7 +23,7 @@ class FakeCameraEnv:
     def reset(self, seed=None, state_ids=None):
         return self._obs(0.0)
 
-    def step(self, actions):
+    def step(self, actions, observe=True):
         obs, final_obs = self._obs(1.0), self._obs(2.0)
         done = np.array([False, True])
         stats = EpisodeStats(done, np.zeros(2), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool))

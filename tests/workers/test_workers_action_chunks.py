@@ -28,3 +28,18 @@ def test_a_chunk_equals_its_steps_one_by_one_up_to_the_episode_end():
         assert all(stats["episode_length"] == 6 for _, stats in ended_second)
     finally:
         chunked.close(), twin.close()
+
+
+def test_what_a_policy_stores_of_its_decision_joins_the_recorded_observation():
+    from embodied_rl.workers.messages import PolicyResponse
+    from embodied_rl.workers.trajectory_buffer import TrajectoryBuffer
+
+    first = {"state": np.zeros((2, 3), np.float32)}
+    buffer = TrajectoryBuffer(2, first, (4,))
+    for t in range(2):
+        chain = np.full((2, 5, 4), t + 1, np.float32)
+        response = PolicyResponse(np.zeros((2, 4), np.float32), np.zeros(2, np.float32), np.zeros(2, np.float32),
+                                  np.zeros(0, np.float32), 0, 0, {"stored.chain": chain})
+        buffer.record_policy(t, first, response)
+    assert buffer.obs["stored.chain"].shape == (2, 2, 5, 4)
+    np.testing.assert_array_equal(buffer.obs["stored.chain"][:, 0, 0, 0], [1, 2])
