@@ -75,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     placement_bench = benches.add_parser("placement", help="sampling throughput of the placement modes")
     # 4 repeats: on a shared 2-core machine single measurements of one mode ranged 123-193 env steps/s.
     _add_loop_arguments(placement_bench, env_workers=1, envs_per_worker=16, steps=60, repeats=4)
+    render_bench = benches.add_parser("render", help="camera steps/s: rendering every step vs after each chunk")
+    render_bench.add_argument("--task", default="maniskill_pickcube")
+    render_bench.add_argument("--chunk", type=int, default=8, help="action chunk length K")
+    render_bench.add_argument("--image-size", type=int, default=64, help="camera width = height")
+    render_bench.add_argument("--decisions", type=int, default=6, help="chunks per measurement")
+    render_bench.add_argument("--repeats", type=int, default=3, help="alternating measurements of each variant")
+    render_bench.add_argument("--json", action="store_true", help="print one JSON object")
     channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
     channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")
@@ -113,6 +120,10 @@ def dispatch(args) -> int:
 
         return run_placement_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats,
                                    args.json)
+    if args.command == "bench" and args.bench == "render":
+        from embodied_rl.bench.render_bench import run_render_bench
+
+        return run_render_bench(args.task, args.chunk, args.image_size, args.decisions, args.repeats, args.json)
     if args.command == "bench" and args.bench == "channel":
         from embodied_rl.bench.channel_bench import run_channel_bench
 
