@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     placement_bench = benches.add_parser("placement", help="sampling throughput of the placement modes")
     # 4 repeats: on a shared 2-core machine single measurements of one mode ranged 123-193 env steps/s.
     _add_loop_arguments(placement_bench, env_workers=1, envs_per_worker=16, steps=60, repeats=4)
+    placement_bench.add_argument("--policies", default="mlp,transformer", help="comma-separated: mlp, transformer, "
+                                 "openvla_oft, pi0 (the VLAs tiny, on camera observations)")
+    placement_bench.add_argument("--full-loop", action="store_true", help="measure whole training iterations: "
+                                 "sampling, PPO update and weight sync (default: sampling only)")
     render_bench = benches.add_parser("render", help="camera steps/s: rendering every step vs after each chunk")
     render_bench.add_argument("--task", default="maniskill_pickcube")
     render_bench.add_argument("--chunk", type=int, default=8, help="action chunk length K")
@@ -119,7 +123,7 @@ def dispatch(args) -> int:
         from embodied_rl.bench.placement_bench import run_placement_bench
 
         return run_placement_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats,
-                                   args.json)
+                                   args.json, args.policies, args.full_loop)
     if args.command == "bench" and args.bench == "render":
         from embodied_rl.bench.render_bench import run_render_bench
 

@@ -1,8 +1,15 @@
-"""``embodied-rl bench placement``: sampling throughput of collocated, disaggregated and hybrid (pipelined)
-placements, with the same processes (env workers + one rollout worker), for two policies:
+"""``embodied-rl bench placement``: throughput of collocated, disaggregated and hybrid (pipelined) placements,
+with the same processes (env workers + one rollout worker, + the actor with ``--full-loop``), for the policies
+``--policies`` names:
 
 * ``mlp``: the state MLP, cheap next to a simulator step;
-* ``transformer``: a small transformer whose inference on a batch costs about as much as stepping it.
+* ``transformer``: a small transformer whose inference on a batch costs about as much as stepping it;
+* ``openvla_oft`` / ``pi0``: the tiny VLAs on camera observations (rgb + state + instruction), action chunks of 4
+  (the camera renders only after each chunk).
+
+Sampling only by default; ``--full-loop`` measures whole training iterations as the trainer runs them: sampling,
+the actor's PPO update on the sampled batch, and the weight sync, in the turns ``PhaseTurns`` gives each phase.
+Each run is labelled with the mode ``Placement`` itself derives from the slots (``derived_modes``).
 
 All modes are measured alternately in one run on one local cluster. ``time_shares`` says where the time went:
 the share of the wall time the env worker spent simulating and waiting for actions, and the rollout worker spent
@@ -32,7 +39,54 @@ POLICIES = {
     # d_model 512 over 2-value tokens: about 1.5 ms of inference per env, as much as a PickCube step costs here,
     # and nearly linear in the batch (so two half batches cost about what one whole batch does).
     "transformer": ["policy.name=transformer", "policy.hidden_sizes=[512]", "policy.options.token_size=2"],
+    "openvla_oft": ["policy.name=openvla_oft", "env.obs_mode=rgb", "policy.options.action_chunk=4"],
+    "pi0": ["policy.name=pi0", "env.obs_mode=rgb", "policy.options.action_chunk=4"],
 }
+DEFAULT_POLICIES = "mlp,transformer"
+FULL_LOOP = ["algorithm.name=ppo", "algorithm.update_epochs=1", "algorithm.num_minibatches=2",
+             "algorithm.target_kl=null"]
+
+
+class FullLoop:
+    """Env, rollout and actor groups with the trainer's turns: one measurement = sample, PPO update, weight sync."""
+
+    def __init__(self, config, cluster, cluster_share: float, lock_name: str):
+        from embodied_rl.runners.setup import start_workers
+        from embodied_rl.runners.turns import PhaseTurns
+        from embodied_rl.runtime.device_lock import DeviceLock
+
+        self.workers = start_workers(config, cluster, cluster_share=cluster_share)
+        self.lock = DeviceLock.create(cluster.session_id, lock_name)
+        self.turns = PhaseTurns(self.workers, self.lock, offload=config.placement.offload == "auto",
+                                weight_sync=config.rollout.weight_sync)
+        self.turns.start()
+        self.num_envs = config.env.num_workers * config.env.envs_per_worker
+        self.last_breakdown: dict = {}
+
+    def measure(self, steps: int) -> float:
+        import time
+
+        import ray
+
+        start = time.perf_counter()
+        with self.turns.sampling():
+            self.workers.sample(steps)
+        with self.turns.training():
+            update = ray.get(self.workers.actor.call("update", len(self.workers.env)))[0]
+            self.turns.publish_weights()
+        wall = time.perf_counter() - start
+        self.last_breakdown = {"update_s": round(float(update["time/update_s"]), 3), "iteration_s": round(wall, 3)}
+        return steps * self.num_envs / wall
+
+    def shutdown(self) -> None:
+        self.turns.close()
+        self.lock.close()
+        self.workers.shutdown()
+
+
+def _derived_mode(placement, config) -> str:
+    """What ``Placement`` itself calls the run: its ``describe()`` (mode, slots, pipeline stages)."""
+    return placement.describe()
 
 
 def _config(task: str, overrides: list[str], components: dict, stages: int):
@@ -42,29 +96,49 @@ def _config(task: str, overrides: list[str], components: dict, stages: int):
     return config
 
 
+def _policies(names: str) -> list[str]:
+    chosen = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in POLICIES]
+    if unknown or not chosen:
+        raise ConfigError(f"--policies={names!r}: allowed: a comma-separated list of {', '.join(POLICIES)}")
+    return chosen
+
+
 def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps: int, repeats: int,
-                        as_json: bool) -> int:
+                        as_json: bool, policies: str = DEFAULT_POLICIES, full_loop: bool = False) -> int:
     require_at_least_one(env_workers=env_workers, envs_per_worker=envs_per_worker, steps=steps, repeats=repeats)
     if envs_per_worker < 2:
         raise ConfigError("--envs-per-worker must be >= 2: the hybrid mode splits them into 2 pipeline stages")
-    base = [f"env.num_workers={env_workers}", f"env.envs_per_worker={envs_per_worker}", "rollout.num_workers=1"]
-    rates: dict = {policy: {mode: [] for mode in MODES} for policy in POLICIES}
-    shares: dict = {policy: {mode: [] for mode in MODES} for policy in POLICIES}
+    chosen = _policies(policies)
+    if any("action_chunk=4" in o for p in chosen for o in POLICIES[p]) and steps % 4:
+        raise ConfigError(f"--steps={steps}: the VLA policies act in chunks of 4 steps; allowed: a multiple of 4")
+    base = [f"env.num_workers={env_workers}", f"env.envs_per_worker={envs_per_worker}", "rollout.num_workers=1",
+            f"rollout.steps_per_iteration={steps}", *(FULL_LOOP if full_loop else [])]
+    rates: dict = {policy: {mode: [] for mode in MODES} for policy in chosen}
+    shares: dict = {policy: {mode: [] for mode in MODES} for policy in chosen}
+    derived: dict = {policy: {} for policy in chosen}
     with Cluster(num_cpus=2) as cluster:
-        for policy, policy_overrides in POLICIES.items():
+        for policy in chosen:
             # All modes stay alive so they can be measured alternately; each holds a share of the CPU slots.
-            loops = {mode: RuntimeLoop(_config(task, [*base, *policy_overrides], *MODES[mode]), cluster,
-                                       cluster_share=1 / len(MODES)) for mode in MODES}
-            for loop in loops.values():
-                loop.measure(5)
+            configs = {mode: _config(task, [*base, *POLICIES[policy]], *MODES[mode]) for mode in MODES}
+            if full_loop:
+                loops = {mode: FullLoop(configs[mode], cluster, 1 / len(MODES), f"bench-{policy}-{mode}")
+                         for mode in MODES}
+            else:
+                loops = {mode: RuntimeLoop(configs[mode], cluster, cluster_share=1 / len(MODES)) for mode in MODES}
+            for mode, loop in loops.items():
+                derived[policy][mode] = _derived_mode(loop.workers.placement, configs[mode])
+                loop.measure(steps if full_loop else 4)
             for _ in range(repeats):
                 for mode, loop in loops.items():
                     rates[policy][mode].append(loop.measure(steps))
                     shares[policy][mode].append(loop.last_breakdown)
             for loop in loops.values():
-                loop.workers.shutdown()
+                loop.shutdown() if full_loop else loop.workers.shutdown()
     result: dict = {"task": task, "env_processes": env_workers, "envs_per_process": envs_per_worker,
-                    "rollout_processes": 1, "steps_per_env": steps, "policies": {}}
+                    "rollout_processes": 1, "steps_per_env": steps,
+                    "measured": "full training iterations (sampling, PPO update, weight sync)" if full_loop
+                    else "sampling only (env + rollout workers)", "policies": {}}
     for policy, by_mode in rates.items():
         median = {mode: round(float(np.median(values)), 1) for mode, values in by_mode.items()}
         best_other = max(median["collocated"], median["disaggregated"])
@@ -76,6 +150,7 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
             "collocated_over_disaggregated": round(median["collocated"] / median["disaggregated"], 3),
             "time_shares": {mode: {key: round(float(np.median([row[key] for row in rows])), 3) for key in rows[0]}
                             for mode, rows in shares[policy].items()},
+            "derived_modes": derived[policy],
         }
     print(json.dumps(result) if as_json else json.dumps(result, indent=2))
     return 0

@@ -174,9 +174,12 @@ class ActorWorker(Worker):
     # --- supervised fine-tuning -----------------------------------------------------------------------------
     def load_demonstrations(self, arrays: dict) -> int:
         """Keep demonstration arrays for ``sft_update``: obs ``[N, ...]`` (array or dict), actions ``[N, A]`` (or
-        action chunks ``[N, K, A]``); a policy that normalises its observations takes their statistics; returns N."""
+        action chunks ``[N, K, A]``); a policy that normalises its observations or actions (a VLA's q01/q99 action
+        bins) takes their statistics; returns N."""
         if hasattr(self.policy, "set_observation_normalization"):
             self.policy.set_observation_normalization(arrays["obs"])
+        if hasattr(self.policy, "set_action_statistics"):
+            self.policy.set_action_statistics(arrays["actions"])
         self.demonstrations = {"obs": self._tensor(arrays["obs"]), "actions": self._tensor(arrays["actions"])}
         return len(self.demonstrations["actions"])
 

@@ -44,3 +44,22 @@ def test_bench_channel_measures_every_transport_against_copy_and_ray(tmp_path):
         assert min(bandwidth.values()) > 0 and min(row["one_way_latency_ms"].values()) > 0
         assert row["shared_memory_over_ray_object_store"] == pytest.approx(
             bandwidth["shared_memory"] / bandwidth["ray_object_store"], rel=2e-2)
+
+
+def test_bench_placement_refuses_an_unknown_policy_with_one_line(tmp_path):
+    result = run_cli("bench", "placement", "--policies", "mlp,resnet", cwd=tmp_path)
+    assert result.returncode == 2 and "--policies='mlp,resnet': allowed:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_bench_placement_full_loop_times_updates_and_labels_runs_as_placement_derives_them(tmp_path):
+    report = _one_json_line(run_cli("bench", "placement", "--task", "maniskill_pushcube", "--envs-per-worker", "2",
+                                    "--steps", "8", "--repeats", "1", "--policies", "mlp", "--full-loop", "--json",
+                                    cwd=tmp_path))
+    assert report["measured"].startswith("full training iterations")
+    row = report["policies"]["mlp"]
+    for mode, shares in row["time_shares"].items():
+        assert 0 < shares["update_s"] < shares["iteration_s"]
+        assert row["derived_modes"][mode].startswith("placement ")
+    assert "2 pipeline stages" in row["derived_modes"]["hybrid_pipelined"]
