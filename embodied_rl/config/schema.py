@@ -21,6 +21,8 @@ class EnvConfig:
     """Envs each env worker steps (on CPU one after another; on GPU one batched sim)."""
     obs_mode: str = "state"
     """'state' or 'rgb'."""
+    image_size: int = 64
+    """Camera width = height in pixels for obs_mode='rgb' (and for the camera demonstrations an SFT stage makes)."""
     control_mode: str = "pd_joint_delta_pos"
     """Robot controller."""
     reward_mode: str = "normalized_dense"
@@ -156,6 +158,7 @@ def validate(config: TrainConfig) -> None:
     _require(1 <= c.env.pipeline_stages <= c.env.envs_per_worker, "env.pipeline_stages", c.env.pipeline_stages,
              f"1 to env.envs_per_worker ({c.env.envs_per_worker})")
     _require(c.env.obs_mode in ("state", "rgb"), "env.obs_mode", c.env.obs_mode, "state, rgb")
+    _require(c.env.image_size >= 16, "env.image_size", c.env.image_size, "an integer >= 16 (pixels)")
     _require(c.env.backend in ("auto", "cpu", "gpu"), "env.backend", c.env.backend, "auto, cpu, gpu")
     _require(c.env.reward_mode in ("normalized_dense", "dense", "sparse"), "env.reward_mode", c.env.reward_mode,
              "normalized_dense, dense, sparse")

@@ -42,6 +42,8 @@ def env_options(config: TrainConfig) -> dict:
     options = dict(obs_mode=e.obs_mode, control_mode=e.control_mode, reward_mode=e.reward_mode,
                    max_episode_steps=e.max_episode_steps, reconfiguration_freq=e.reconfiguration_freq,
                    backend=e.backend)
+    if e.obs_mode != "state":
+        options["image_size"] = e.image_size
     if grouped(config):
         options["ignore_terminations"] = True  # every env of a group runs to the time limit, in lock-step
     return options
