@@ -175,7 +175,9 @@ class OpenVLAPolicy(nn.Module):
         text = self.language_model.get_input_embeddings()(ids)
         parts = [(patches, torch.ones(patches.shape[:2], dtype=torch.bool, device=device)), (text, mask)]
         if self.proprio_projector is not None:
-            state = (obs["state"].float() - self.state_mean) / self.state_std
+            state = obs.get("state")  # absent: a zero state
+            state = torch.zeros(batch, self.state_dim, device=device) if state is None else state.float()
+            state = (state - self.state_mean) / self.state_std
             token = self.proprio_projector(state.to(self.dtype))[:, None]
             parts.append((token, torch.ones(batch, 1, dtype=torch.bool, device=device)))
         return left_pad(parts)

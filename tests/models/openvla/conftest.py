@@ -1,0 +1,38 @@
+"""Shared helpers of the openvla tests: tiny policies on small camera images."""
+
+import numpy as np
+import pytest
+import torch
+
+import embodied_rl.models.openvla  # noqa: F401  (registers openvla, openvla_oft)
+from embodied_rl.models.registry import build_policy
+
+SHAPES = {"rgb": [32, 32, 3], "state": [5]}
+ACTION_DIM = 3
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_policy(name: str, seed: int = 0, **options):
+    torch.manual_seed(seed)
+    options.setdefault("action_chunk", 2)
+    return build_policy(name, obs_dim=5, action_dim=ACTION_DIM, hidden_sizes=[32], obs_shapes=SHAPES, **options)
+
+
+def make_obs(batch: int, seed: int = 0, instructions=None) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    if instructions is None:
+        instructions = ["pick up the red cube", "push", "stack the green cube on the blue one", ""] * batch
+    return {"rgb": torch.randint(0, 256, (batch, 32, 32, 3), dtype=torch.uint8, generator=generator),
+            "state": torch.randn(batch, 5, generator=generator),
+            "instruction": np.array(instructions[:batch])}
+
+
+def rows(obs: dict, index) -> dict:
+    return {k: (v[index] if not isinstance(v, np.ndarray) else v[np.asarray(index)]) for k, v in obs.items()}

@@ -1,0 +1,91 @@
+"""openvla (autoregressive) and openvla_oft (parallel): shapes, act/evaluate log-prob agreement, row independence
+under padding, supervised learning."""
+
+import pytest
+import torch
+
+from conftest import ACTION_DIM, make_obs, make_policy, rows
+
+MODES = ["openvla", "openvla_oft"]
+
+
+@pytest.mark.parametrize("name", MODES)
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_shapes(name, chunk):
+    policy = make_policy(name, action_chunk=chunk)
+    obs = make_obs(4)
+    actions, logp, values, stored = policy.act(obs)
+    assert actions.shape == ((4, chunk, ACTION_DIM) if chunk > 1 else (4, ACTION_DIM))
+    assert actions.dtype == torch.float32 and logp.shape == values.shape == (4,)
+    assert stored["stored.action_tokens"].shape == (4, chunk * ACTION_DIM)
+    assert stored["stored.action_tokens"].dtype == torch.int64
+    assert actions.abs().max() <= 1.0  # default statistics: ManiSkill's [-1, 1] actions
+    assert policy.value(obs).shape == (4,)
+    del obs["instruction"], obs["state"]  # both may be absent ("" and a zero state)
+    assert policy.act(obs)[0].shape[0] == 4
+
+
+@pytest.mark.parametrize("name", MODES)
+def test_evaluate_reproduces_act_log_probs_with_mixed_instruction_lengths(name):
+    policy = make_policy(name, action_chunk=3)
+    obs = make_obs(4)  # instructions of 21, 5, 37 and 0 characters
+    actions, logp, values, stored = policy.act(obs)
+    full = {**obs, **stored}
+    new_logp, entropy, new_values = policy.evaluate(full, actions)
+    assert (new_logp - logp).abs().max() < 1e-5
+    assert (new_values - values).abs().max() < 1e-5
+    assert (entropy > 0).all() and (entropy <= 9 * torch.log(torch.tensor(256.0)) + 1e-4).all()
+    # a row's result does not depend on the other rows (left padding): each row alone, in another order
+    for i in range(4):
+        alone, _, alone_values = policy.evaluate(rows(full, [i]), actions[i:i + 1])
+        assert abs(alone.item() - logp[i].item()) < 1e-5 and abs(alone_values.item() - values[i].item()) < 1e-5
+    order = [2, 0, 3, 1]
+    shuffled, _, _ = policy.evaluate(rows(full, order), actions[order])
+    assert (shuffled - logp[order]).abs().max() < 1e-5
+    # the stored tokens are what is scored: other tokens, other log-probs
+    other = {**full, "stored.action_tokens": full["stored.action_tokens"].flip(1)}
+    assert (policy.evaluate(other, actions)[0] - logp).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", MODES)
+def test_deterministic_act_is_the_argmax(name):
+    policy = make_policy(name)
+    obs = make_obs(3)
+    first = policy.act(obs, deterministic=True)
+    second = policy.act(obs, deterministic=True)
+    assert torch.equal(first[0], second[0])
+    sampled_logp = torch.stack([policy.act(obs)[1] for _ in range(5)])
+    assert (first[1][None] >= sampled_logp - 1e-5).all()  # per token argmax: the most probable decision
+
+
+def test_autoregressive_tokens_condition_on_earlier_tokens():
+    """Autoregressive: token j's distribution depends on tokens < j (teacher forcing), OFT's does not."""
+    for name, depends in (("openvla", True), ("openvla_oft", False)):
+        policy = make_policy(name, action_chunk=2)
+        obs = make_obs(2)
+        columns = torch.randint(0, 256, (2, 2 * ACTION_DIM), generator=torch.Generator().manual_seed(1))
+        changed = columns.clone()
+        changed[:, 0] = (changed[:, 0] + 128) % 256
+        a = policy.token_log_probs(obs, columns)[0][:, 1:]
+        b = policy.token_log_probs(obs, changed)[0][:, 1:]
+        assert ((a - b).abs().max() > 1e-4) == depends
+
+
+@pytest.mark.parametrize("name", MODES)
+def test_supervised_loss_learns_the_target_bins(name):
+    policy = make_policy(name, action_chunk=2)
+    obs = make_obs(4)
+    targets = torch.rand(4, 2, ACTION_DIM, generator=torch.Generator().manual_seed(3)) * 2 - 1
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(50):
+        loss = policy.supervised_loss(obs, targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[0] > 5.0 and losses[-1] < 0.2 * losses[0]
+    actions, _, _, stored = policy.act(obs, deterministic=True)
+    expected = policy.action_tokenizer.tokens(targets).reshape(4, -1)
+    assert torch.equal(stored["stored.action_tokens"], expected)
+    assert (actions - targets).abs().max() <= 1 / 255 + 1e-5
