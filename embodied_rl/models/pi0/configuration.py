@@ -145,7 +145,9 @@ class Pi0Settings:
         for key in ("num_denoising_steps", "image_size", "patch_size", "layers", "heads", "kv_heads", "head_dim",
                     "max_text_tokens", "vision_layers", "vision_heads"):
             _at_least(key, getattr(self, key), 1)
-        for key in ("noise_level", "lora_rank", "lora_alpha", "max_state_dim", "max_action_dim", "flow_noise_min",
+        if not isinstance(self.noise_level, (int, float)) or self.noise_level <= 0:
+            raise ValueError(f"pi0 option noise_level={self.noise_level!r} is not allowed; allowed values: numbers > 0")
+        for key in ("lora_rank", "lora_alpha", "max_state_dim", "max_action_dim", "flow_noise_min",
                     "sigma_clamp_time"):
             _at_least(key, getattr(self, key), 0)
         if self.sigma_clamp_time >= 1:

@@ -274,8 +274,8 @@ class Pi0Policy(nn.Module):
     @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False):
         """obs -> ``(actions [B, K, A] ([B, A] when K = 1), logp [B], values [B], {"stored.chain":
-        [B, S+1, K, A_model]})``. ``deterministic``: the ODE from ``x_1 = 0`` (logp is still the chain's density
-        under the stochastic transitions, so ``evaluate`` agrees)."""
+        [B, S+1, K, A_model]})``. ``deterministic``: the plain ODE from ``x_1 = 0``, no random draw (logp is still
+        the chain's density under the stochastic transitions, so ``evaluate`` agrees)."""
         prefix = self._prefix(obs)
         batch = prefix[1].shape[0]
         shape = (batch, self.action_chunk, self.model_action_dim)
@@ -285,7 +285,7 @@ class Pi0Policy(nn.Module):
             v, hidden = self._velocity(prefix, x, t)
             if self.settings.is_stochastic(step):
                 mean, std = self._transition(x, v, hidden, t, dt)
-                x = mean if deterministic else mean + std * torch.randn(shape).to(mean.device)
+                x = flow_sde.ode_step(x, v, dt) if deterministic else mean + std * torch.randn(shape).to(mean.device)
                 logp = logp + self._summed(flow_sde.gaussian_log_prob(x, mean, std))
             else:
                 x = flow_sde.ode_step(x, v, dt)
