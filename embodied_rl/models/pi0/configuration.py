@@ -4,7 +4,7 @@ translation to transformers' ``PI0Config`` (imported lazily)."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 SIZES = ("tiny", "full")
 NOISE_MODES = ("sde", "flow_noise")
@@ -105,8 +105,6 @@ class Pi0Settings:
     """LoRA rank on the Gemma projections of prefix model and expert (0: full fine-tuning)."""
     lora_alpha: float = 0.0
     """LoRA alpha; 0: ``2 * lora_rank``."""
-    extra: dict = field(default_factory=dict)
-    """Unused; room for experiment notes carried into the side file."""
 
     @classmethod
     def tiny(cls, **overrides) -> "Pi0Settings":
@@ -165,7 +163,8 @@ class Pi0Settings:
             steps = tuple(int(s) for s in self.stochastic_steps)
             if not steps or any(s < 0 or s >= self.num_denoising_steps for s in steps):
                 raise ValueError(f"pi0 option stochastic_steps={self.stochastic_steps!r} is not allowed; allowed "
-                                 f"values: None or a non-empty list of step indices in 0..{self.num_denoising_steps - 1}")
+                                 f"values: None or a non-empty list of step indices in "
+                                 f"0..{self.num_denoising_steps - 1}")
             self.stochastic_steps = tuple(sorted(set(steps)))
         return self
 

@@ -3,8 +3,6 @@ Flow-SDE sampling, so each decision has a tractable log-prob for PPO / GRPO (as 
 
 from __future__ import annotations
 
-import math
-import os
 
 import numpy as np
 import torch
