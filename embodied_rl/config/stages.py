@@ -40,6 +40,24 @@ def _split_overrides(overrides: list[str]) -> tuple[list[str], dict, dict[int, l
     return common, algorithm, per_stage
 
 
+def _drop_other_algorithms_keys(entry: dict, recipe_algorithm: str, overridden: set) -> None:
+    """A stage switched to another algorithm (``stages.N.algorithm.name=...``) keeps only the recipe's keys the new
+    algorithm has (``lr`` and the like), as a switch of the top-level algorithm does."""
+    import dataclasses
+
+    from embodied_rl.algorithms.embodied.base import algorithm_config_class
+
+    section = entry.get("algorithm") or {}
+    name = section.get("name", DEFAULT_ALGORITHM)
+    if name == recipe_algorithm:
+        return
+    try:
+        fields = {f.name for f in dataclasses.fields(algorithm_config_class(name))}
+    except KeyError:
+        return  # an unknown name: validation reports it with the allowed names
+    entry["algorithm"] = {k: v for k, v in section.items() if k in fields or f"algorithm.{k}" in overridden}
+
+
 def load_stages(task: str | None = None, config_file: str | None = None,
                 overrides: list[str] | None = None) -> tuple[TrainConfig, list[Stage]]:
     """The base config (with its ``stages``) and the runs a training command makes: one per stage of a staged
@@ -60,10 +78,14 @@ def load_stages(task: str | None = None, config_file: str | None = None,
     stages, used = [], set()
     for index, raw in enumerate(base.stages):
         entry = OmegaConf.create(raw)
+        recipe_algorithm = (raw.get("algorithm") or {}).get("name", DEFAULT_ALGORITHM)
+        overridden = set()
         for item in per_stage.get(index, []):
             key, _, value = item.partition("=")
             OmegaConf.update(entry, key, OmegaConf.from_dotlist([f"value={value}"]).value, force_add=True)
+            overridden.add(key)
         entry = OmegaConf.to_container(entry, resolve=True)
+        _drop_other_algorithms_keys(entry, recipe_algorithm, overridden)
         name = str(entry.pop("name", f"stage{index}"))
         algorithm_name = (entry.get("algorithm") or {}).get("name", DEFAULT_ALGORITHM)
         mine = keys_of(algorithm_name, {k: v for k, v in algorithm.items()})

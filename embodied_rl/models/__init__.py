@@ -6,3 +6,5 @@ from embodied_rl.models import transformer as _transformer  # noqa: F401  (regis
 from embodied_rl.models import cnn as _cnn  # noqa: F401  (registers "cnn")
 
 __all__ = ["POLICIES", "build_policy"]
+from embodied_rl.models import openvla as _openvla  # noqa: F401,E402  (registers "openvla", "openvla_oft")
+from embodied_rl.models import pi0 as _pi0  # noqa: F401,E402  (registers "pi0")
