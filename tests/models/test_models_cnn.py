@@ -121,6 +121,6 @@ def test_config_validation_takes_rgb_with_the_cnn_and_refuses_it_with_the_mlp():
     assert "cnn" in POLICIES
     config = load_train_config("maniskill_pushcube", None, ["env.obs_mode=rgb", "policy.name=cnn"])
     assert config.policy.name == "cnn"
-    with pytest.raises(ConfigError, match=r"env.obs_mode='rgb' needs a policy that takes it \(cnn\); "
+    with pytest.raises(ConfigError, match=r"env.obs_mode='rgb' needs a policy that takes it \(cnn, openvla, openvla_oft, pi0\); "
                                           r"policy.name='mlp' takes obs_mode=state"):
         load_train_config("maniskill_pushcube", None, ["env.obs_mode=rgb"])

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import make_obs, make_policy
+from openvla_helpers import one_torch_thread, make_obs, make_policy  # noqa: F401  (one_torch_thread: autouse)
 from embodied_rl.models.openvla import load_published_checkpoint, save_published_checkpoint
 
 

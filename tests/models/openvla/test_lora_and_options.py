@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import make_obs, make_policy
+from openvla_helpers import one_torch_thread, make_obs, make_policy  # noqa: F401  (one_torch_thread: autouse)
 
 
 @pytest.mark.parametrize("name", ["openvla", "openvla_oft"])

@@ -4,7 +4,7 @@ under padding, supervised learning."""
 import pytest
 import torch
 
-from conftest import ACTION_DIM, make_obs, make_policy, rows
+from openvla_helpers import one_torch_thread, ACTION_DIM, make_obs, make_policy, rows  # noqa: F401  (one_torch_thread: autouse)
 
 MODES = ["openvla", "openvla_oft"]
 
