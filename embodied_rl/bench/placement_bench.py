@@ -112,8 +112,9 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
     chosen = _policies(policies)
     if any("action_chunk=4" in o for p in chosen for o in POLICIES[p]) and steps % 4:
         raise ConfigError(f"--steps={steps}: the VLA policies act in chunks of 4 steps; allowed: a multiple of 4")
-    base = [f"env.num_workers={env_workers}", f"env.envs_per_worker={envs_per_worker}", "rollout.num_workers=1",
-            f"rollout.steps_per_iteration={steps}", *(FULL_LOOP if full_loop else [])]
+    base = [f"env.num_workers={env_workers}", f"env.envs_per_worker={envs_per_worker}", "rollout.num_workers=1"]
+    if full_loop:  # the update trains on one measurement's samples
+        base += [f"rollout.steps_per_iteration={steps}", *FULL_LOOP]
     rates: dict = {policy: {mode: [] for mode in MODES} for policy in chosen}
     shares: dict = {policy: {mode: [] for mode in MODES} for policy in chosen}
     derived: dict = {policy: {} for policy in chosen}
