@@ -8,13 +8,12 @@ no channels. The two are measured alternately, ``repeats`` times each, in one pr
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 import torch
 
-from embodied_rl.bench import require_at_least_one
+from embodied_rl.bench import print_report, require_at_least_one
 from embodied_rl.config import load_train_config
 from embodied_rl.config.schema import TrainConfig
 
@@ -120,9 +119,5 @@ def run_env_bench(task: str, env_workers: int, envs_per_worker: int, steps: int,
         "baseline_median": round(float(np.median(baseline_rates)), 1),
     }
     result["ratio_runtime_over_baseline"] = round(result["runtime_median"] / result["baseline_median"], 3)
-    if as_json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:<40} {value}")
+    print_report(result, as_json)
     return 0

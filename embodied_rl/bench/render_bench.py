@@ -7,12 +7,11 @@ and stepped with the same random chunks, so the ratio is what skipping the rende
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 
-from embodied_rl.bench import require_at_least_one
+from embodied_rl.bench import print_report, require_at_least_one
 
 
 def _steps_per_s(env, chunks: np.ndarray, observe_inside: bool) -> float:
@@ -50,9 +49,5 @@ def run_render_bench(task: str, chunk: int, image_size: int, decisions: int, rep
               "render_after_chunk_median": round(float(np.median(chunked)), 1)}
     result["ratio_after_chunk_over_every_step"] = round(result["render_after_chunk_median"]
                                                         / result["render_every_step_median"], 3)
-    if as_json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:<40} {value}")
+    print_report(result, as_json)
     return 0
