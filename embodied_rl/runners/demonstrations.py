@@ -45,6 +45,19 @@ def load_sft_demonstrations(config: TrainConfig) -> dict:
 
     data = load_demos(demonstrations_path(config))
     obs = data.obs if data.rgb is None or config.env.obs_mode == "state" else {"state": data.obs, "rgb": data.rgb}
+    if isinstance(obs, dict):
+        obs = _with_task_instruction(obs, config.task)
     chunk = action_chunk(config)
     actions = data.actions if chunk == 1 else data.action_chunks(chunk)[0]
     return {"obs": obs, "actions": actions}
+
+
+def _with_task_instruction(obs: dict, task: str) -> dict:
+    """Camera observations plus ``"instruction"`` ``[N]``, the words the env workers give the policy on this task:
+    a policy that reads language must be trained on the prompt it will see (without it, SFT learns from an empty
+    prompt and the first rollout meets a prompt it never saw)."""
+    import sim_envs
+    from sim_envs.instructions import with_instruction
+
+    instruction = sim_envs.get_task(task).instruction
+    return obs if instruction is None else with_instruction(obs, instruction)

@@ -61,6 +61,23 @@ def test_camera_demos_from_a_state_expert(checkpoint, tmp_path):
     state = load_demos(directory / "checkpoint.h5")  # the state-only recording the replay started from
     np.testing.assert_array_equal(demos.actions, state.actions)
 
+    # SFT reads them with the instruction the env workers give the policy on this task (language policies
+    # must be trained on the prompt they will see).
+    import sim_envs
+    from embodied_rl.config.loader import load_train_config
+    from embodied_rl.runners.demonstrations import load_sft_demonstrations
+
+    config = load_train_config("maniskill_pushcube", overrides=[
+        "env.obs_mode=rgb", "policy.name=cnn", "algorithm.name=sft", "algorithm.demo_source=path", f"algorithm.demo_path={directory}"])
+    rows = load_sft_demonstrations(config)["obs"]
+    env = sim_envs.make("maniskill_pushcube", num_envs=1, obs_mode="rgb")
+    try:
+        expected = env.reset(seed=0)["instruction"][0]
+    finally:
+        env.close()
+    assert expected and rows["instruction"].shape == (STEPS,) and set(rows["instruction"]) == {expected}
+    np.testing.assert_array_equal(rows["rgb"], demos.rgb)
+
 
 def test_a_policy_that_never_succeeds_gives_up_with_exit_code_1(checkpoint, tmp_path, capsys):
     path, _ = checkpoint
