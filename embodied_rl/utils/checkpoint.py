@@ -1,18 +1,24 @@
 """Checkpoints: ``checkpoints/iter_000040/`` with safetensors weights, optimizer + RNG state, counters, config.
 
 Each checkpoint is written to a hidden staging directory and renamed into place, so a crash mid-save never
-leaves a checkpoint that looks complete but is not.
+leaves a checkpoint that looks complete but is not. Loading runs no code from the files: weights are safetensors,
+the trainer state is read with ``torch.load(weights_only=True)`` (tensors and plain containers only). When a run
+directory's newest checkpoint cannot be read (truncated, corrupt), loading falls back to the one before, with a
+warning.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from safetensors.numpy import load_file, save_file
 
 from embodied_rl.utils.atomic import publish_directory
@@ -59,23 +65,54 @@ def list_checkpoints(checkpoints_dir: Path) -> list[Path]:
 
 def resolve_checkpoint(path: Path) -> Path:
     """Accept a checkpoint directory, a run directory (latest checkpoint) or a ``model.safetensors`` file."""
-    path = Path(path)
+    return _candidates(Path(path))[0]
+
+
+def _candidates(path: Path) -> list[Path]:
+    """The checkpoint ``path`` names, or a run directory's checkpoints newest first."""
     if path.is_file() and path.name == WEIGHTS_FILE:
-        return path.parent
+        return [path.parent]
     if (path / WEIGHTS_FILE).is_file():
-        return path
+        return [path]
     found = list_checkpoints(path / "checkpoints") if (path / "checkpoints").is_dir() else []
     if found:
-        return found[-1]
+        return found[::-1]
     raise FileNotFoundError(f"no checkpoint at {path} (expected a checkpoint directory with {WEIGHTS_FILE}, "
                             "or a run directory with checkpoints/)")
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot be read (truncated, corrupt, or not written by this library)."""
+
+
+def read_trainer_state(data: bytes) -> dict:
+    """The actor's optimizer and RNG state: tensors and plain containers, loaded without unpickling code."""
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def _read(directory: Path) -> Checkpoint:
+    try:
+        weights = load_file(str(directory / WEIGHTS_FILE))
+        state_file = directory / TRAINER_STATE_FILE
+        trainer_state = state_file.read_bytes() if state_file.is_file() else None
+        if trainer_state:
+            read_trainer_state(trainer_state)  # a truncated or foreign file fails here, not mid-resume
+        counters_file = directory / COUNTERS_FILE
+        counters = json.loads(counters_file.read_text()) if counters_file.is_file() else {}
+    except Exception as error:  # safetensors, torch and json each raise their own kinds
+        raise CheckpointError(f"checkpoint {directory} cannot be read: {type(error).__name__}: "
+                              f"{str(error).splitlines()[0] if str(error) else ''}") from error
+    config_file = directory / CONFIG_FILE
+    return Checkpoint(directory, weights, trainer_state, counters,
+                      config_file.read_text() if config_file.is_file() else "")
+
+
 def load_checkpoint(path: Path) -> Checkpoint:
-    directory = resolve_checkpoint(path)
-    weights = load_file(str(directory / WEIGHTS_FILE))
-    state_file = directory / TRAINER_STATE_FILE
-    counters_file = directory / COUNTERS_FILE
-    return Checkpoint(directory, weights, state_file.read_bytes() if state_file.is_file() else None,
-                      json.loads(counters_file.read_text()) if counters_file.is_file() else {},
-                      (directory / CONFIG_FILE).read_text() if (directory / CONFIG_FILE).is_file() else "")
+    """Load ``path`` (see ``resolve_checkpoint``); for a run directory, the newest checkpoint that reads cleanly."""
+    candidates = _candidates(Path(path))
+    for directory, older in zip(candidates, candidates[1:]):
+        try:
+            return _read(directory)
+        except CheckpointError as error:
+            print(f"warning: {error}; falling back to {older}", file=sys.stderr, flush=True)
+    return _read(candidates[-1])

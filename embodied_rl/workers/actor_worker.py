@@ -19,6 +19,7 @@ from embodied_rl.algorithms.embodied.base import select_rows
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
+from embodied_rl.utils.checkpoint import read_trainer_state
 from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
 from embodied_rl.workers.trajectory_buffer import concat_obs
 from embodied_rl.workers.weights import load_numpy_weights, weights_template, weights_to_numpy
@@ -224,7 +225,7 @@ class ActorWorker(Worker):
         load_numpy_weights(self.policy, weights)
         if trainer_state is not None:
             # On the host first: a checkpoint written on a GPU resumes on a CPU-only machine (and vice versa).
-            state = torch.load(io.BytesIO(trainer_state), weights_only=False, map_location="cpu")
+            state = read_trainer_state(trainer_state)
             self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng"])
             self.generator.set_state(state["shuffle_rng"])
