@@ -32,4 +32,5 @@ def test_every_stage_of_a_vla_recipe_validates(recipe):
 def test_switching_the_rl_stage_to_ppo_keeps_the_shared_keys():
     recipe = next(p for p in RECIPES if p.stem == "pushcube_pi0_tiny")
     _, stages = load_stages("maniskill_pushcube", str(recipe), ["stages.1.algorithm.name=ppo"])
-    assert stages[1].config.algorithm.name == "ppo" and stages[1].config.algorithm.lr == pytest.approx(1e-5)
+    assert stages[1].config.algorithm.name == "ppo" and stages[1].config.algorithm.lr == pytest.approx(3e-5)
+    assert not hasattr(stages[1].config.algorithm, "score")  # the recipe's GRPO-only key is dropped
