@@ -98,10 +98,14 @@ class EmbodiedRunner:
                     if self.supervised:
                         ray.get(workers.actor.call("load_demonstrations", load_sft_demonstrations(c)))
                     turns.publish_weights()
-                if self.supervised:
-                    self._sft_loop(workers, turns, log, progress)
-                else:
-                    self._loop(workers, turns, log, progress)
+                try:
+                    if self.supervised:
+                        self._sft_loop(workers, turns, log, progress)
+                    else:
+                        self._loop(workers, turns, log, progress)
+                except KeyboardInterrupt:  # Ctrl-C or SIGTERM (cluster.install_interrupt_handler)
+                    self._checkpoint_on_interrupt(workers, turns)
+                    raise
                 turns.close()
             finally:
                 self.turns = lock.turns()
@@ -184,12 +188,30 @@ class EmbodiedRunner:
             with turns.training("checkpoint"):
                 self.save(workers)
 
-    def save(self, workers, directory: Path | None = None, keep_last: int | None = None) -> Path:
+    def _checkpoint_on_interrupt(self, workers, turns: PhaseTurns) -> None:
+        """Keep what was trained before an interrupt: a checkpoint of the actor's weights as they are now (an
+        update the interrupt cut short finishes on the actor first), marked ``interrupted`` in its counters."""
+        if self.iteration == 0:
+            return  # nothing trained yet
+        print("interrupted: writing a checkpoint (interrupt again to skip it)", file=sys.stderr, flush=True)
+        try:
+            with turns.training("checkpoint"):
+                path = self.save(workers, interrupted=True)
+        except Exception as error:  # a dead actor: the last scheduled checkpoint stays the newest
+            print(f"warning: no checkpoint written on interrupt: {type(error).__name__}: {error}",
+                  file=sys.stderr, flush=True)
+            return
+        print(f"checkpoint written: {path}", file=sys.stderr, flush=True)
+
+    def save(self, workers, directory: Path | None = None, keep_last: int | None = None,
+             interrupted: bool = False) -> Path:
         """Checkpoint into ``directory`` (default ``run_dir/checkpoints``)."""
         state = ray.get(workers.actor.call("training_state")[0])
         counters = {"iteration": self.iteration, "env_steps": self.env_steps, "policy_spec": workers.policy_spec,
                     "task": self.config.task, "best_success_once": self.best_success,
                     "eval": {k: v for k, v in self.last_eval.items() if k.startswith("eval/")}}
+        if interrupted:
+            counters["interrupted"] = True
         return save_checkpoint(directory or self.run_dir / "checkpoints", self.iteration, state["weights"],
                                state["trainer_state"], counters, to_yaml(self.config),
                                keep_last or self.config.checkpoint.keep_last)

@@ -45,21 +45,29 @@ def test_train_then_resume_then_eval(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_interrupting_training_stops_every_process_and_keeps_checkpoints_whole(tmp_path, signum):
+def test_interrupting_training_writes_a_checkpoint_and_stops_every_process(tmp_path, signum):
+    from embodied_rl.utils.checkpoint import load_checkpoint, read_trainer_state
+
     run_dir = tmp_path / "run"
+    # No scheduled checkpoint before the interrupt: the one found afterwards is the interrupt's own.
     process = TrackedProcess(["train", "--task", "maniskill_pushcube", "--run-dir", str(run_dir),
-                              "total_env_steps=100000000", *TINY])
+                              "total_env_steps=100000000", *TINY, "checkpoint.every_iterations=100000"])
+    metrics = run_dir / "metrics.jsonl"
     deadline = time.time() + 240
-    while not list((run_dir / "checkpoints").glob("iter_*")) and time.time() < deadline:
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 2) and time.time() < deadline:
         assert process.poll() is None, process.popen.stderr.read()[-3000:]
         time.sleep(0.5)
-    assert list((run_dir / "checkpoints").glob("iter_*")), "no checkpoint within 240 s"
+    assert metrics.is_file(), "no iteration logged within 240 s"
     assert len(process.descendants) >= 4  # Ray's daemons and the workers were seen
+    assert not list((run_dir / "checkpoints").glob("iter_*"))
     process.popen.send_signal(signum)
     returncode, _, stderr = process.wait(timeout=120)
     assert returncode == 130, stderr[-3000:]
-    assert "Traceback" not in stderr
+    assert "Traceback" not in stderr and "checkpoint written" in stderr
     assert not process.leftovers(), "processes left running after an interrupt"
+    checkpoint = load_checkpoint(run_dir)
+    assert checkpoint.counters["interrupted"] and checkpoint.counters["iteration"] >= 2
+    assert read_trainer_state(checkpoint.trainer_state)["policy_version"] >= 2
     # Every checkpoint on disk is complete (written to a staging directory, then renamed).
-    for checkpoint in (run_dir / "checkpoints").glob("iter_*"):
-        assert {p.name for p in checkpoint.iterdir()} >= {"model.safetensors", "trainer_state.pt", "counters.json"}
+    for directory in (run_dir / "checkpoints").iterdir():
+        assert {p.name for p in directory.iterdir()} >= {"model.safetensors", "trainer_state.pt", "counters.json"}
