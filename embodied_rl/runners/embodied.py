@@ -34,6 +34,9 @@ from embodied_rl.utils.progress import TrainingProgress
 BEST_CHECKPOINT_DIR = "best_checkpoint"
 """Where the run keeps the checkpoint of its best evaluation (highest success_once), beside checkpoints/."""
 
+INTERRUPT_CHECKPOINT_TIMEOUT_S = 120.0
+"""How long an interrupted run waits for the actor (busy finishing an update) to hand over its state."""
+
 
 def episode_metrics(episodes: list[dict], prefix: str) -> dict:
     """Mean return, length, success_once and success_at_end over finished episodes, namespaced by ``prefix``."""
@@ -195,8 +198,12 @@ class EmbodiedRunner:
             return  # nothing trained yet
         print("interrupted: writing a checkpoint (interrupt again to skip it)", file=sys.stderr, flush=True)
         try:
-            with turns.training("checkpoint"):
-                path = self.save(workers, interrupted=True)
+            # Outside the turns: the actor's state is readable wherever it lives, and a turn would wait on it twice.
+            path = self.save(workers, interrupted=True, timeout=INTERRUPT_CHECKPOINT_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            print(f"warning: no checkpoint written on interrupt: the actor was still busy after "
+                  f"{INTERRUPT_CHECKPOINT_TIMEOUT_S:.0f} s", file=sys.stderr, flush=True)
+            return
         except Exception as error:  # a dead actor: the last scheduled checkpoint stays the newest
             print(f"warning: no checkpoint written on interrupt: {type(error).__name__}: {error}",
                   file=sys.stderr, flush=True)
@@ -204,9 +211,10 @@ class EmbodiedRunner:
         print(f"checkpoint written: {path}", file=sys.stderr, flush=True)
 
     def save(self, workers, directory: Path | None = None, keep_last: int | None = None,
-             interrupted: bool = False) -> Path:
-        """Checkpoint into ``directory`` (default ``run_dir/checkpoints``)."""
-        state = ray.get(workers.actor.call("training_state")[0])
+             interrupted: bool = False, timeout: float | None = None) -> Path:
+        """Checkpoint into ``directory`` (default ``run_dir/checkpoints``); ``timeout``: seconds to wait for the
+        actor's state (``ray.exceptions.GetTimeoutError`` after)."""
+        state = ray.get(workers.actor.call("training_state")[0], timeout=timeout)
         counters = {"iteration": self.iteration, "env_steps": self.env_steps, "policy_spec": workers.policy_spec,
                     "task": self.config.task, "best_success_once": self.best_success,
                     "eval": {k: v for k, v in self.last_eval.items() if k.startswith("eval/")}}

@@ -125,13 +125,17 @@ class PhaseTurns:
         start = time.perf_counter()
         self.lock.acquire(slots, holder, self.timeout_s)
         self._add("time/turn_lock_s", time.perf_counter() - start)
+        interrupted = False
         try:
             if self.offload:
                 self._timed("time/onload_s", group, "onload")
             yield
+        except KeyboardInterrupt:
+            interrupted = True  # the run is stopping: waiting for a busy worker to offload would only delay it
+            raise
         finally:
             try:
-                if self.offload:
+                if self.offload and not interrupted:
                     self._timed("time/offload_s", group, "offload")
             finally:
                 start = time.perf_counter()
