@@ -21,6 +21,18 @@ def cluster():
         yield running
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Model tests on a busy 2-core machine: torch threads fighting other processes run many times slower than one
+    (use with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None):
     """Run the real ``embodied-rl`` entry point in a subprocess."""
     full_env = dict(os.environ, **(env or {}))

@@ -12,13 +12,7 @@ from embodied_rl.runners.setup import observation_spec
 SHAPES = {"rgb": [40, 40, 3], "state": [5], "instruction": []}  # tiny: 40 px is just above the 36 px minimum
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Convolutions on a busy 2-core machine: two threads fighting other processes run ~40x slower than one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _policy(**options):

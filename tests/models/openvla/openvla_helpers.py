@@ -11,14 +11,6 @@ SHAPES = {"rgb": [32, 32, 3], "state": [5]}
 ACTION_DIM = 3
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def make_policy(name: str, seed: int = 0, **options):
     torch.manual_seed(seed)
     options.setdefault("action_chunk", 2)

@@ -7,7 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from openvla_helpers import one_torch_thread, make_obs, make_policy  # noqa: F401  (one_torch_thread: autouse)
+from openvla_helpers import make_obs, make_policy
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 from embodied_rl.models.openvla import load_published_checkpoint, save_published_checkpoint
 
 

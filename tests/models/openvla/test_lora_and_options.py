@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from openvla_helpers import one_torch_thread, make_obs, make_policy  # noqa: F401  (one_torch_thread: autouse)
+from openvla_helpers import make_obs, make_policy
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("name", ["openvla", "openvla_oft"])

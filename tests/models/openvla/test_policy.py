@@ -4,7 +4,9 @@ under padding, supervised learning."""
 import pytest
 import torch
 
-from openvla_helpers import one_torch_thread, ACTION_DIM, make_obs, make_policy, rows  # noqa: F401  (one_torch_thread: autouse)
+from openvla_helpers import ACTION_DIM, make_obs, make_policy, rows
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 MODES = ["openvla", "openvla_oft"]
 
