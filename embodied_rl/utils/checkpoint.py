@@ -14,6 +14,7 @@ import json
 import shutil
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,13 +91,21 @@ def read_trainer_state(data: bytes) -> dict:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
+def _check_archive(data: bytes) -> None:
+    """``torch.save`` writes a zip archive: check every member's CRC without building a tensor (the actor loads the
+    state once, later; an optimizer state can be as large as the model)."""
+    damaged = zipfile.ZipFile(io.BytesIO(data)).testzip()
+    if damaged is not None:
+        raise ValueError(f"{TRAINER_STATE_FILE}: {damaged} fails its CRC check")
+
+
 def _read(directory: Path) -> Checkpoint:
     try:
         weights = load_file(str(directory / WEIGHTS_FILE))
         state_file = directory / TRAINER_STATE_FILE
         trainer_state = state_file.read_bytes() if state_file.is_file() else None
         if trainer_state:
-            read_trainer_state(trainer_state)  # a truncated or foreign file fails here, not mid-resume
+            _check_archive(trainer_state)  # a truncated or altered file fails here, not mid-resume
         counters_file = directory / COUNTERS_FILE
         counters = json.loads(counters_file.read_text()) if counters_file.is_file() else {}
     except Exception as error:  # safetensors, torch and json each raise their own kinds

@@ -90,7 +90,10 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_with_a_warning(t
     newest = tmp_path / "checkpoints" / "iter_000003"
     weights = (newest / "model.safetensors").read_bytes()
     (newest / "model.safetensors").write_bytes(weights[: len(weights) // 2])  # truncated mid-write by a crash
-    (tmp_path / "checkpoints" / "iter_000002" / "trainer_state.pt").write_bytes(b"not a torch file")
+    state_file = tmp_path / "checkpoints" / "iter_000002" / "trainer_state.pt"
+    damaged = bytearray(state_file.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF  # one flipped bit pattern inside the archive: its CRC no longer matches
+    state_file.write_bytes(bytes(damaged))
     loaded = ckpt.load_checkpoint(tmp_path)
     assert loaded.counters["iteration"] == 1
     warnings = capsys.readouterr().err
