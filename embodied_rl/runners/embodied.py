@@ -193,7 +193,8 @@ class EmbodiedRunner:
 
     def _checkpoint_on_interrupt(self, workers, turns: PhaseTurns) -> None:
         """Keep what was trained before an interrupt: a checkpoint of the actor's weights as they are now (an
-        update the interrupt cut short finishes on the actor first), marked ``interrupted`` in its counters."""
+        update the interrupt cut short finishes on the actor first, so they may be one update past the counters,
+        which count finished iterations), marked ``interrupted`` in its counters."""
         if self.iteration == 0:
             return  # nothing trained yet
         print("interrupted: writing a checkpoint (interrupt again to skip it)", file=sys.stderr, flush=True)
