@@ -218,7 +218,7 @@ def _validate_algorithm(c: TrainConfig) -> None:
 
 def _validate_policy(c: TrainConfig) -> None:
     from embodied_rl.models import POLICIES
-    from embodied_rl.models.registry import observation_modes, policy_options, policy_sizes
+    from embodied_rl.models.registry import observation_modes, policy_options, policy_sizes, token_level
 
     _require(c.policy.name in POLICIES.names(), "policy.name", c.policy.name, ", ".join(POLICIES.names()))
     allowed = policy_options(c.policy.name)
@@ -228,6 +228,10 @@ def _validate_policy(c: TrainConfig) -> None:
     sizes = policy_sizes(c.policy.name)
     _require(c.policy.size in sizes, "policy.size", c.policy.size, f"sizes of policy {c.policy.name!r}: "
              f"{', '.join(sizes)}")
+    if getattr(c.algorithm, "ratio_level", "decision") == "token" and not token_level(c.policy.name):
+        takers = [name for name in POLICIES.names() if token_level(name)]
+        raise ConfigError(f"algorithm.ratio_level='token' needs a policy with token log-probs ({', '.join(takers)}); "
+                          f"policy.name={c.policy.name!r} has one log-prob per decision (ratio_level: decision)")
     modes = observation_modes(c.policy.name)
     if c.env.obs_mode not in modes:
         takers = [name for name in POLICIES.names() if c.env.obs_mode in observation_modes(name)]

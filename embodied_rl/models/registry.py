@@ -17,6 +17,11 @@ def observation_modes(name: str) -> tuple[str, ...]:
     return tuple(getattr(POLICIES.get(name), "observation_modes", ("state",)))
 
 
+def token_level(name: str) -> bool:
+    """Whether policy ``name`` gives per-token log-probs (``evaluate_tokens``; ``algorithm.ratio_level=token``)."""
+    return hasattr(POLICIES.get(name), "evaluate_tokens")
+
+
 def policy_sizes(name: str) -> tuple[str, ...]:
     """The ``policy.size`` values policy ``name`` takes (its class attribute ``sizes``; ``("tiny",)`` if none)."""
     return tuple(getattr(POLICIES.get(name), "sizes", ("tiny",)))

@@ -91,3 +91,30 @@ def test_camera_observations_with_instruction_strings_pass_through_selection():
     samples, _ = algorithm.prepare([selected])
     assert samples["obs"]["state"][:, 0].tolist() == [0, 1, 11]  # env 0 up to its success, env 1 both steps
     assert isinstance(samples["obs"]["instruction"], np.ndarray) and len(samples["obs"]["instruction"]) == 3
+
+
+def test_token_level_ratios_are_clipped_per_token_and_averaged_over_tokens():
+    old = torch.tensor([[-1.0, -1.0], [-2.0, -2.0]])
+    new = old + torch.log(torch.tensor([[1.5, 1.0], [1.0, 0.5]]))
+    minibatch = dict(obs={"stored.token_logp": old}, old_logp=old.sum(-1), advantages=torch.tensor([1.0, -1.0]))
+    outputs = dict(logp=new.sum(-1), token_logp=new, entropy=torch.zeros(2))
+    token, token_metrics = GRPO(GRPOConfig(ratio_level="token")).loss(outputs, minibatch)
+    # per token: A=+1: max(-1.5, -1.28) = -1.28 and -1; A=-1: max(1, 1) = 1 and max(0.5, 0.8) = 0.8; mean -0.12
+    assert token.item() == pytest.approx(-0.12)
+    assert token_metrics["clip_fraction"] == pytest.approx(0.5)
+    # per decision the ratios are the products 1.5 and 0.5: (-1.28 + 0.8) / 2, both clipped
+    decision, decision_metrics = GRPO(GRPOConfig()).loss({k: v for k, v in outputs.items() if k != "token_logp"},
+                                                         minibatch)
+    assert decision.item() == pytest.approx(-0.24)
+    assert decision_metrics["clip_fraction"] == pytest.approx(1.0)
+
+
+def test_token_level_evaluate_asks_the_policy_for_its_token_log_probs():
+    class Policy:
+        def evaluate_tokens(self, obs, actions):
+            return torch.tensor([[-1.0, -2.0]]), torch.tensor([[0.5, 0.25]]), torch.tensor([3.0])
+
+    outputs = GRPO(GRPOConfig(ratio_level="token")).evaluate(Policy(), dict(obs={}, actions=torch.zeros(1, 2)))
+    assert torch.equal(outputs["token_logp"], torch.tensor([[-1.0, -2.0]]))
+    assert outputs["logp"].item() == -3.0 and outputs["entropy"].item() == 0.75 and outputs["values"].item() == 3.0
+    assert ("ratio_level", "sequence", "decision, token") in list(GRPOConfig(ratio_level="sequence").problems())

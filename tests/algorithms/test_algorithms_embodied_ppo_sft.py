@@ -53,3 +53,22 @@ def test_the_critic_gets_its_own_learning_rate_group():
     actor_group, critic_group = ActorWorker._parameter_groups(holder)
     assert critic_group["lr_scale"] == 30.0 and actor_group["lr_scale"] == 1.0
     assert {id(p) for p in critic_group["params"]} == {id(p) for p in policy.critic.parameters()}
+
+
+def test_ppo_token_level_ratios_use_the_stored_token_log_probs():
+    import torch
+
+    from embodied_rl.algorithms.embodied.ppo import PPO, PPOConfig
+
+    old = torch.tensor([[-1.0, -1.0], [-2.0, -2.0]])
+    new = old + torch.log(torch.tensor([[1.5, 1.0], [1.0, 0.5]]))
+    minibatch = dict(obs={"stored.token_logp": old}, old_logp=old.sum(-1), advantages=torch.tensor([1.0, -1.0]),
+                     old_values=torch.zeros(2), returns=torch.zeros(2))
+    outputs = dict(logp=new.sum(-1), token_logp=new, entropy=torch.zeros(2), values=torch.zeros(2))
+    config = PPOConfig(ratio_level="token", clip_coef=0.2, normalize_advantages=False, vf_coef=0.0)
+    ppo = PPO(config)
+    ppo.updates = 1  # one batch prepared: past the (empty) critic warm-up
+    loss, metrics = ppo.loss(outputs, minibatch)
+    # per token: -1.2, -1, 1, 0.8 -> mean -0.1; per decision it would be (-1.2 + 0.8) / 2 = -0.2
+    assert loss.item() == pytest.approx(-0.1)
+    assert metrics["clip_fraction"] == pytest.approx(0.5)

@@ -31,6 +31,9 @@ def test_user_yaml_file_is_merged(tmp_path):
     (["policy.name=transformer", "policy.options.depth=3"],
      "policy.options.depth=3 is out of range; allowed: options of policy 'transformer': token_size"),
     (["policy.options.token_size=2"], "allowed: options of policy 'mlp': action_chunk, obs_indices"),
+    (["algorithm.ratio_level=chunk"], "algorithm.ratio_level='chunk' is out of range; allowed: decision, token"),
+    (["algorithm.ratio_level=token"], "algorithm.ratio_level='token' needs a policy with token log-probs "
+                                      "(openvla, openvla_oft, pi0); policy.name='mlp'"),
     (["placement.offload=sometimes"], "placement.offload='sometimes' is out of range; allowed: auto, never"),
     (["rollout.weight_sync=carrier_pigeon"],
      "rollout.weight_sync='carrier_pigeon' is out of range; allowed: auto, broadcast, object_store"),

@@ -28,7 +28,11 @@ def _checking_actor(record_path: str) -> type:
         def _optimize(self, samples: dict) -> dict:
             with torch.no_grad():
                 logp, _, values = self.policy.evaluate(samples["obs"], samples["actions"])
+                token_logp, _, _ = self.policy.evaluate_tokens(samples["obs"], samples["actions"])
+            stored_tokens = samples["obs"]["stored.token_logp"]
             record = {"max_logp_difference": float((logp - samples["old_logp"]).abs().max()),
+                      "max_token_logp_difference": float((token_logp - stored_tokens).abs().max()),
+                      "tokens": int(stored_tokens.shape[1]),
                       "samples": int(len(logp)), "keys": sorted(samples["obs"]),
                       "actions_shape": list(samples["actions"].shape), "finite_values": bool(values.isfinite().all())}
             with open(record_path, "a") as file:
@@ -40,7 +44,7 @@ def _checking_actor(record_path: str) -> type:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy, algorithm, stored", [
-    ("openvla_oft", ["algorithm.name=ppo"], None),
+    ("openvla_oft", ["algorithm.name=ppo", "algorithm.ratio_level=token"], None),
     ("pi0", ["algorithm.name=grpo", "algorithm.group_size=2", "algorithm.score=return"], "stored.chain"),
 ])
 def test_tiny_vla_samples_and_trains_on_the_runtime_with_matching_log_probs(cluster, tmp_path, monkeypatch, policy,
@@ -57,7 +61,8 @@ def test_tiny_vla_samples_and_trains_on_the_runtime_with_matching_log_probs(clus
     checked = [json.loads(line) for line in record_path.read_text().splitlines()]
     assert checked
     for record in checked:
-        assert record["max_logp_difference"] < 1e-4, record
+        assert record["max_logp_difference"] < 1e-4 and record["max_token_logp_difference"] < 1e-5, record
+        assert record["tokens"] >= 4 * 4  # at least one per action dimension of the chunk
         assert record["actions_shape"][1] == 4  # chunks of 4 actions
         assert {"rgb", "state", "instruction"} <= set(record["keys"]) and record["finite_values"]
         if stored:

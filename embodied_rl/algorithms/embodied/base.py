@@ -8,9 +8,15 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
+from embodied_rl.algorithms.losses import policy_loss
 from embodied_rl.algorithms.registry import Registry
 
 ALGORITHMS = Registry("algorithm")
+
+RATIO_LEVELS = ("decision", "token")
+TOKEN_LOGP = "stored.token_logp"
+"""What a policy with token-level log-probs stores of each decision at ``act``: the log-prob of each factor of the
+decision ``[B, M]`` float32 (their sum is the decision's log-prob)."""
 
 Problem = tuple  # (key, value, allowed): one failed range check, reported as ``algorithm.<key>=<value> ...``
 
@@ -44,9 +50,16 @@ class UpdateConfig(OptimizerConfig):
     """Minibatches per pass."""
     target_kl: Optional[float] = 0.1
     """Stop an update's epochs once the approximate KL to the sampling policy exceeds this (None: never)."""
+    ratio_level: str = "decision"
+    """Where the importance ratio is taken and clipped: 'decision' (one ratio per decision, the product over all its
+    factors) or 'token' (one ratio per factor of the decision's distribution, each clipped on its own, the
+    decision's advantage given to each: an action token of OpenVLA, one Gaussian coordinate of a Pi0 denoising
+    step), RLinf's token-level log-probs. 'token' needs a policy with ``evaluate_tokens``."""
 
     def problems(self) -> Iterator[Problem]:
         yield from super().problems()
+        if self.ratio_level not in RATIO_LEVELS:
+            yield "ratio_level", self.ratio_level, ", ".join(RATIO_LEVELS)
         if self.update_epochs < 1:
             yield "update_epochs", self.update_epochs, "an integer >= 1"
         if self.num_minibatches < 1:
@@ -91,10 +104,25 @@ class Algorithm:
         raise NotImplementedError
 
     def evaluate(self, policy, minibatch: dict) -> dict:
-        """The policy's outputs on a minibatch that ``loss`` needs (default: ``policy.evaluate`` of the stored
-        actions)."""
+        """The policy's outputs on a minibatch that ``loss`` needs: ``policy.evaluate`` of the stored actions
+        (logp, entropy, values ``[n]``), and with ``ratio_level='token'`` also ``token_logp`` ``[n, M]`` from
+        ``policy.evaluate_tokens`` (logp and entropy are then its sums over the M factors)."""
+        if getattr(self.config, "ratio_level", "decision") == "token":
+            token_logp, token_entropy, values = policy.evaluate_tokens(minibatch["obs"], minibatch["actions"])
+            return dict(logp=token_logp.sum(-1), entropy=token_entropy.sum(-1), values=values, token_logp=token_logp)
         logp, entropy, values = policy.evaluate(minibatch["obs"], minibatch["actions"])
         return dict(logp=logp, entropy=entropy, values=values)
+
+    def surrogate(self, outputs: dict, minibatch: dict, advantages: torch.Tensor, clip_low: float,
+                  clip_high: float) -> tuple[torch.Tensor, dict]:
+        """The clipped policy-gradient loss at ``config.ratio_level``: per decision (``logp`` ``[n]`` against
+        ``old_logp`` ``[n]``) or per token (``token_logp`` ``[n, M]`` against the ``stored.token_logp`` the
+        rollout recorded, token-mean); ``advantages`` ``[n]``."""
+        if "token_logp" in outputs:
+            logp, old_logp = outputs["token_logp"], minibatch["obs"][TOKEN_LOGP].to(outputs["token_logp"].dtype)
+        else:
+            logp, old_logp = outputs["logp"][:, None], minibatch["old_logp"][:, None]
+        return policy_loss(logp, old_logp, advantages, torch.ones_like(logp), clip_low, clip_high)
 
     def loss(self, outputs: dict, minibatch: dict) -> tuple[torch.Tensor, dict]:
         raise NotImplementedError

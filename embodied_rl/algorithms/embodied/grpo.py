@@ -17,7 +17,7 @@ from embodied_rl.algorithms.advantages import grpo_advantages
 from embodied_rl.algorithms.embodied.base import (ALGORITHMS, Algorithm, Problem, UpdateConfig, concat_rows,
                                                  select_rows)
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
-from embodied_rl.algorithms.losses import KL_KINDS, kl_penalty, policy_loss
+from embodied_rl.algorithms.losses import KL_KINDS, kl_penalty
 
 SCORES = ("success", "return")
 
@@ -158,9 +158,7 @@ class GRPO(Algorithm):
     def loss(self, outputs: dict, minibatch: dict) -> tuple[torch.Tensor, dict]:
         c = self.config
         logp = outputs["logp"]
-        ones = torch.ones_like(logp)[:, None]
-        pg_loss, pg_metrics = policy_loss(logp[:, None], minibatch["old_logp"][:, None], minibatch["advantages"],
-                                          ones, c.clip_low, c.clip_high)
+        pg_loss, pg_metrics = self.surrogate(outputs, minibatch, minibatch["advantages"], c.clip_low, c.clip_high)
         entropy = outputs["entropy"].mean()
         loss = pg_loss - c.ent_coef * entropy
         metrics = {"policy_loss": pg_loss.item(), "entropy": entropy.item(), "approx_kl": pg_metrics["approx_kl"],

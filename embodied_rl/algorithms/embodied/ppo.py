@@ -9,7 +9,7 @@ import torch
 
 from embodied_rl.algorithms.advantages import gae
 from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, Problem, UpdateConfig, flat_steps
-from embodied_rl.algorithms.losses import policy_loss, value_loss
+from embodied_rl.algorithms.losses import value_loss
 
 
 @dataclass
@@ -107,10 +107,7 @@ class PPO(Algorithm):
         adv = minibatch["advantages"]
         if c.normalize_advantages:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        logp = outputs["logp"]
-        ones = torch.ones_like(logp)[:, None]
-        pg_loss, pg_metrics = policy_loss(logp[:, None], minibatch["old_logp"][:, None], adv, ones,
-                                          c.clip_coef, c.clip_coef)
+        pg_loss, pg_metrics = self.surrogate(outputs, minibatch, adv, c.clip_coef, c.clip_coef)
         v_loss = value_loss(outputs["values"], minibatch["old_values"], minibatch["returns"], c.value_clip)
         entropy = outputs["entropy"].mean()
         if self.updates <= c.critic_warmup_updates:

@@ -17,6 +17,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 STORED_TOKENS = "stored.action_tokens"
 """What ``act`` stores: the sampled action token ids ``[B, K * A]`` int64, so ``evaluate`` scores exactly them."""
+STORED_TOKEN_LOGP = "stored.token_logp"
+"""And their log-probs ``[B, K * A]`` float32 (token-level ratios, ``algorithm.ratio_level=token``)."""
 
 
 def _critic_mlp(sizes: list[int]) -> nn.Sequential:
@@ -42,7 +44,8 @@ class OpenVLAPolicy(nn.Module):
 
     Actions: OpenVLA's 256 bins over [-1, 1] on the last 256 ids of the tokenizer's vocabulary (``action_tokenizer``,
     with q01/q99 normalisation buffers). Sampling restricts the logits to those 256 ids (softmax over them only,
-    temperature 1); ``deterministic`` takes the argmax. Log-prob of a decision = sum over its ``K * A`` tokens.
+    at ``temperature``: an RL stage may sharpen what SFT learned, e.g. 0.5; rollout and update use the same
+    distribution); ``deterministic`` takes the argmax. Log-prob of a decision = sum over its ``K * A`` tokens.
 
     Value head ``critic_head``: MLP (``hidden_sizes``, tanh) on the LM's last hidden state at the last prompt
     position. ``lora_rank`` > 0: LoRA (peft) on the LM's attention and MLP projections; the LM and vision backbone
@@ -61,7 +64,7 @@ class OpenVLAPolicy(nn.Module):
                  obs_shapes: dict | None = None, action_chunk: int = 1, size: str = "tiny",
                  checkpoint: str | None = None, lora_rank: int = 0, lora_alpha: float | None = None,
                  dtype: str = "float32", use_proprio: bool | None = None, fused_vision: bool | None = None,
-                 unnorm_key: str | None = None):
+                 unnorm_key: str | None = None, temperature: float = 1.0):
         super().__init__()
         from embodied_rl.models.openvla import checkpoint as checkpoints
         from embodied_rl.models.openvla.modeling import LanguageModelRunner, ProprioProjector, build_network
@@ -73,6 +76,10 @@ class OpenVLAPolicy(nn.Module):
         if not isinstance(lora_rank, int) or lora_rank < 0:
             raise ValueError(f"openvla option lora_rank={lora_rank!r} is not allowed; allowed values: an integer "
                              f">= 0 (0: no LoRA)")
+        if not isinstance(temperature, (int, float)) or not temperature > 0:
+            raise ValueError(f"openvla option temperature={temperature!r} is not allowed; allowed values: a number "
+                             f"> 0 (1: the LM's own distribution)")
+        self.temperature = float(temperature)
         if int(action_chunk) < 1:
             raise ValueError(f"openvla option action_chunk={action_chunk!r} is not allowed; allowed values: an "
                              f"integer >= 1")
@@ -183,10 +190,12 @@ class OpenVLAPolicy(nn.Module):
         return left_pad(parts)
 
     def _action_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Hidden states ``[B, n, W]`` -> logits over the 256 action ids ``[B, n, 256]`` float32."""
+        """Hidden states ``[B, n, W]`` -> logits over the 256 action ids ``[B, n, 256]`` float32, divided by the
+        temperature (the policy's distribution, for sampling, log-probs and SFT alike)."""
         first, end = self.action_tokenizer.first_id, self.action_tokenizer.vocab_end
         weight = self.language_model.get_output_embeddings().weight[first:end]
-        return hidden.float() @ weight.float().T
+        logits = hidden.float() @ weight.float().T
+        return logits if self.temperature == 1.0 else logits / self.temperature
 
     def _value(self, hidden_last: torch.Tensor) -> torch.Tensor:
         return self.critic_head(hidden_last).float().squeeze(-1)
@@ -242,7 +251,7 @@ class OpenVLAPolicy(nn.Module):
 
     @staticmethod
     def _choose(log_probs: torch.Tensor, deterministic: bool) -> torch.Tensor:
-        """``[..., 256]`` log-probs -> columns ``[...]`` (argmax, or a sample at temperature 1)."""
+        """``[..., 256]`` log-probs -> columns ``[...]`` (argmax, or a sample)."""
         if deterministic:
             return log_probs.argmax(dim=-1)
         flat = log_probs.reshape(-1, log_probs.shape[-1])
@@ -269,7 +278,7 @@ class OpenVLAPolicy(nn.Module):
             columns, _, _ = self._decode(obs, deterministic)
             token_logp, _, values = self.token_log_probs(obs, columns)
         actions = self.action_tokenizer.decode_actions(columns, self.action_chunk)
-        stored = {STORED_TOKENS: columns + self.action_tokenizer.first_id}
+        stored = {STORED_TOKENS: columns + self.action_tokenizer.first_id, STORED_TOKEN_LOGP: token_logp.float()}
         return self._shaped(actions), token_logp.sum(-1), values, stored
 
     def token_log_probs(self, obs: dict, columns: torch.Tensor):
@@ -290,8 +299,12 @@ class OpenVLAPolicy(nn.Module):
     def evaluate(self, obs: dict, actions: torch.Tensor):
         """``(logp [B], entropy [B], values [B])`` of ``actions`` ``[B, A]`` / ``[B, K, A]`` (scored by the stored
         tokens ``obs["stored.action_tokens"]`` when present), sums over the K * A tokens; with gradients."""
-        token_logp, entropy, values = self.token_log_probs(obs, self._columns(obs, actions))
+        token_logp, entropy, values = self.evaluate_tokens(obs, actions)
         return token_logp.sum(-1), entropy.sum(-1), values
+
+    def evaluate_tokens(self, obs: dict, actions: torch.Tensor):
+        """Per token: ``(logp [B, K * A], entropy [B, K * A], values [B])`` of ``actions`` (as ``evaluate``)."""
+        return self.token_log_probs(obs, self._columns(obs, actions))
 
     def value(self, obs: dict) -> torch.Tensor:
         """Values ``[B]``."""

@@ -16,6 +16,9 @@ from embodied_rl.models.registry import POLICIES
 from embodied_rl.models.text_tokenizer import BYTE_VOCAB_SIZE, ByteTokenizer, PretrainedTokenizer, encode_batch
 
 CHAIN_KEY = STORED_PREFIX + "chain"
+TOKEN_LOGP_KEY = STORED_PREFIX + "token_logp"
+"""What ``act`` also stores: the log-prob of each Gaussian coordinate of the chain ``[B, M]`` (token-level ratios,
+``algorithm.ratio_level=token``)."""
 LORA_TARGETS = (r".*\.(language_model|dit)\.layers\.\d+\."
                 r"(self_attn\.(q_proj|k_proj|v_proj|o_proj)|mlp\.(gate_proj|up_proj|down_proj))")
 """Regex of the modules LoRA adapts: every Gemma projection of the prefix model and the action expert (not
@@ -254,11 +257,11 @@ class Pi0Policy(nn.Module):
         scale = low + (high - low) * torch.sigmoid(self.noise_head(hidden.to(self.noise_head.weight.dtype)).float())
         return flow_sde.flow_noise_mean_std(x, v, dt, scale)
 
-    def _summed(self, values: torch.Tensor) -> torch.Tensor:
-        """``[B, K, A_model]`` -> ``[B]`` over the ``logp_dims``."""
+    def _coordinates(self, values: torch.Tensor) -> torch.Tensor:
+        """``[B, K, A_model]`` -> ``[B, K * A']``: the ``logp_dims`` coordinates of one step."""
         if self.settings.logp_dims == "action":
             values = values[..., :self.action_dim]
-        return values.sum(dim=(-2, -1))
+        return values.reshape(values.shape[0], -1)
 
     def _times(self):
         steps = self.settings.num_denoising_steps
@@ -272,27 +275,36 @@ class Pi0Policy(nn.Module):
     @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False):
         """obs -> ``(actions [B, K, A] ([B, A] when K = 1), logp [B], values [B], {"stored.chain":
-        [B, S+1, K, A_model]})``. ``deterministic``: the plain ODE from ``x_1 = 0``, no random draw (logp is still
+        [B, S+1, K, A_model], "stored.token_logp": [B, M]})``. ``deterministic``: the plain ODE from ``x_1 = 0``, no random draw (logp is still
         the chain's density under the stochastic transitions, so ``evaluate`` agrees)."""
         prefix = self._prefix(obs)
         batch = prefix[1].shape[0]
         shape = (batch, self.action_chunk, self.model_action_dim)
         x = torch.zeros(shape, device=self._device()) if deterministic else torch.randn(shape).to(self._device())
-        chain, logp = [x], torch.zeros(batch, device=x.device)
+        chain, token_logp = [x], []
         for step, t, dt in self._times():
             v, hidden = self._velocity(prefix, x, t)
             if self.settings.is_stochastic(step):
                 mean, std = self._transition(x, v, hidden, t, dt)
                 x = flow_sde.ode_step(x, v, dt) if deterministic else mean + std * torch.randn(shape).to(mean.device)
-                logp = logp + self._summed(flow_sde.gaussian_log_prob(x, mean, std))
+                token_logp.append(self._coordinates(flow_sde.gaussian_log_prob(x, mean, std)))
             else:
                 x = flow_sde.ode_step(x, v, dt)
             chain.append(x)
         values = self._value(prefix[3], prefix[4])
-        return self._actions(x), logp, values, {CHAIN_KEY: torch.stack(chain, 1)}
+        token_logp = torch.cat(token_logp, dim=-1) if token_logp else torch.zeros(batch, 0, device=x.device)
+        stored = {CHAIN_KEY: torch.stack(chain, 1), TOKEN_LOGP_KEY: token_logp}
+        return self._actions(x), token_logp.sum(-1), values, stored
 
     def evaluate(self, obs: dict, actions: torch.Tensor | None = None):
-        """Log-probs ``[B]``, entropies ``[B]`` and values ``[B]`` of the decisions whose chains ``act`` stored in
+        """Log-probs ``[B]``, entropies ``[B]`` and values ``[B]`` of the stored chains (``evaluate_tokens`` summed
+        over each decision's Gaussian coordinates)."""
+        logp, entropy, values = self.evaluate_tokens(obs, actions)
+        return logp.sum(-1), entropy.sum(-1), values
+
+    def evaluate_tokens(self, obs: dict, actions: torch.Tensor | None = None):
+        """Per Gaussian coordinate of the chain (stochastic steps x K x the ``logp_dims``, M in all): log-probs
+        ``[B, M]``, entropies ``[B, M]``, and values ``[B]``, of the decisions whose chains ``act`` stored in
         ``obs["stored.chain"]`` ``[B, S+1, K, A_model]``, under the current weights (``actions`` is the chain's
         last element, unnormalised; it is not needed)."""
         if CHAIN_KEY not in obs:
@@ -303,17 +315,18 @@ class Pi0Policy(nn.Module):
                     self.model_action_dim)
         if tuple(chain.shape) != expected:
             raise ValueError(f"pi0 evaluate: {CHAIN_KEY} has shape {tuple(chain.shape)}, expected {expected}")
-        logp = torch.zeros(expected[0], device=chain.device)
-        entropy = torch.zeros(expected[0], device=chain.device)
+        logp, entropy = [], []
         for step, t, dt in self._times():
             if not self.settings.is_stochastic(step):
                 continue
             x = chain[:, step]
             v, hidden = self._velocity(prefix, x, t)
             mean, std = self._transition(x, v, hidden, t, dt)
-            logp = logp + self._summed(flow_sde.gaussian_log_prob(chain[:, step + 1], mean, std))
-            entropy = entropy + self._summed(flow_sde.gaussian_entropy(std).expand_as(mean))
-        return logp, entropy, self._value(prefix[3], prefix[4])
+            logp.append(self._coordinates(flow_sde.gaussian_log_prob(chain[:, step + 1], mean, std)))
+            entropy.append(self._coordinates(flow_sde.gaussian_entropy(std).expand_as(mean)))
+        if not logp:
+            logp = entropy = [torch.zeros(expected[0], 0, device=chain.device)]
+        return torch.cat(logp, dim=-1), torch.cat(entropy, dim=-1), self._value(prefix[3], prefix[4])
 
     def value(self, obs: dict) -> torch.Tensor:
         """Values ``[B]``."""

@@ -92,3 +92,33 @@ def test_supervised_loss_learns_the_target_bins(name):
     expected = policy.action_tokenizer.tokens(targets).reshape(4, -1)
     assert torch.equal(stored["stored.action_tokens"], expected)
     assert (actions - targets).abs().max() <= 1 / 255 + 1e-5
+
+
+@pytest.mark.parametrize("name", MODES)
+def test_token_log_probs_stored_at_act_are_those_evaluate_tokens_recomputes(name):
+    policy = make_policy(name, action_chunk=3)
+    obs = make_obs(4)
+    actions, logp, _, stored = policy.act(obs)
+    token_logp = stored["stored.token_logp"]
+    assert token_logp.shape == (4, 3 * ACTION_DIM) and token_logp.dtype == torch.float32
+    assert torch.equal(token_logp.sum(-1), logp)
+    again, entropy, _ = policy.evaluate_tokens({**obs, **stored}, actions)
+    assert again.shape == entropy.shape == token_logp.shape
+    assert (again - token_logp).abs().max() < 1e-5
+    assert (token_logp <= 0).all() and (entropy >= 0).all()
+
+
+@pytest.mark.parametrize("name", MODES)
+def test_temperature_sharpens_the_sampling_distribution_but_keeps_its_argmax(name):
+    warm, cold = make_policy(name, seed=0), make_policy(name, seed=0, temperature=0.25)
+    obs = make_obs(3)
+    assert torch.equal(warm.act(obs, deterministic=True)[0], cold.act(obs, deterministic=True)[0])
+    actions, _, _, stored = warm.act(obs)
+    warm_entropy = warm.evaluate({**obs, **stored}, actions)[1]
+    cold_entropy = cold.evaluate({**obs, **stored}, actions)[1]
+    assert (cold_entropy < warm_entropy).all()
+    # act and evaluate share the sharpened distribution
+    actions, logp, _, stored = cold.act(obs)
+    assert (cold.evaluate({**obs, **stored}, actions)[0] - logp).abs().max() < 1e-5
+    with pytest.raises(ValueError, match="temperature=0"):
+        make_policy(name, temperature=0)

@@ -37,6 +37,22 @@ def test_evaluate_reproduces_act_log_probs_in_fp32(chunk, steps, options):
     assert (policy.evaluate({**obs, CHAIN_KEY: nudged}, actions)[0] - logp).abs().min() > 1e-3
 
 
+@pytest.mark.parametrize("options", [{}, {"stochastic_steps": [1, 3]}, {"logp_dims": "all",
+                                                                       "settings": {"max_action_dim": 6}}])
+def test_token_log_probs_are_one_per_gaussian_coordinate_and_recomputed_by_evaluate_tokens(options):
+    policy = tiny_policy(chunk=4, steps=6, **options)
+    obs = observations(batch=3)
+    actions, logp, _, stored = policy.act(obs)
+    stochastic = len(policy.settings.stochastic_steps or range(6))
+    dims = policy.model_action_dim if options.get("logp_dims") == "all" else 4
+    token_logp = stored["stored.token_logp"]
+    assert token_logp.shape == (3, stochastic * 4 * dims)
+    assert torch.equal(token_logp.sum(-1), logp)
+    again, entropy, _ = policy.evaluate_tokens({**obs, **stored}, actions)
+    assert again.shape == entropy.shape == token_logp.shape
+    assert (again - token_logp).abs().max() < 1e-5
+
+
 def test_entropy_is_the_sum_of_the_transition_entropies():
     policy = tiny_policy(chunk=4, steps=5, noise_level=0.5)
     obs = observations(batch=2)
