@@ -65,7 +65,8 @@ def list_checkpoints(checkpoints_dir: Path) -> list[Path]:
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """Accept a checkpoint directory, a run directory (latest checkpoint) or a ``model.safetensors`` file."""
+    """Accept a checkpoint directory, a run directory (latest checkpoint), a folder of checkpoints (a run's
+    ``checkpoints/`` or ``best_checkpoint/``: its latest) or a ``model.safetensors`` file."""
     return _candidates(Path(path))[0]
 
 
@@ -78,8 +79,11 @@ def _candidates(path: Path) -> list[Path]:
     found = list_checkpoints(path / "checkpoints") if (path / "checkpoints").is_dir() else []
     if found:
         return found[::-1]
+    found = list_checkpoints(path)  # a folder of checkpoints itself: a run's checkpoints/ or best_checkpoint/
+    if found:
+        return found[::-1]
     raise FileNotFoundError(f"no checkpoint at {path} (expected a checkpoint directory with {WEIGHTS_FILE}, "
-                            "or a run directory with checkpoints/)")
+                            "a folder of such directories, or a run directory with checkpoints/)")
 
 
 class CheckpointError(RuntimeError):

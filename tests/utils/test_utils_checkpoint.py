@@ -36,6 +36,8 @@ def test_only_the_last_checkpoints_are_kept_and_a_run_dir_resolves_to_the_latest
     names = [p.name for p in ckpt.list_checkpoints(tmp_path / "checkpoints")]
     assert names == ["iter_000002", "iter_000003"]
     assert ckpt.load_checkpoint(tmp_path).counters["iteration"] == 3
+    # a folder of checkpoints (checkpoints/ itself, or a run's best_checkpoint/) resolves to its latest too
+    assert ckpt.resolve_checkpoint(tmp_path / "checkpoints").name == "iter_000003"
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         ckpt.load_checkpoint(tmp_path / "elsewhere")
 
