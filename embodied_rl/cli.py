@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(eval_<checkpoint>.mp4 beside the checkpoint, or in --video-dir) and print its path")
     evaluate.add_argument("--video-episodes", type=int, help="episodes in the video grid (default 4; implies --video)")
     evaluate.add_argument("--video-dir", help="directory for the video (implies --video)")
+    evaluate.add_argument("overrides", nargs="*", metavar="key=value",
+                          help="over the checkpoint's config, e.g. eval.deterministic=false "
+                               "policy.options.temperature=0.5 (sampled actions)")
 
     demos = commands.add_parser("demos", help="make demonstrations (ManiSkill trajectory .h5 + .json), cached")
     demos.add_argument("--task", required=True, help="a registered task (see `embodied-rl tasks`)")
@@ -114,7 +117,7 @@ def dispatch(args) -> int:
         from embodied_rl.commands.evaluate import run_eval
 
         return run_eval(args.checkpoint, args.episodes, args.ray_address, args.json, args.video,
-                        args.video_episodes, args.video_dir)
+                        args.video_episodes, args.video_dir, args.overrides)
     if args.command == "bench" and args.bench == "env":
         from embodied_rl.bench.env_bench import run_env_bench
 

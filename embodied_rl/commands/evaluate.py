@@ -1,4 +1,5 @@
-"""``embodied-rl eval``: run a checkpoint's policy deterministically and report success rates."""
+"""``embodied-rl eval``: run a checkpoint's policy (deterministically unless ``eval.deterministic=false``) and report
+success rates."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import ray
 from omegaconf import OmegaConf
 
 from embodied_rl.config import ConfigError
-from embodied_rl.config.loader import from_yaml_file
+from embodied_rl.config.loader import from_yaml_file, load_train_config
 from embodied_rl.utils.checkpoint import CONFIG_FILE, load_checkpoint
 
 DEFAULT_VIDEO_EPISODES = 4
@@ -17,8 +18,11 @@ DEFAULT_VIDEO_EPISODES = 4
 
 
 def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_address: str | None = None,
-                        video_episodes: int = 0, video_dir: str | Path | None = None) -> dict:
-    """Deterministic episodes of a checkpoint's policy on its task: ``{"checkpoint": ..., "eval/...": ...}``.
+                        video_episodes: int = 0, video_dir: str | Path | None = None,
+                        overrides: list[str] | None = None) -> dict:
+    """Episodes of a checkpoint's policy on its task: ``{"checkpoint": ..., "eval/...": ...}``; deterministic
+    actions unless ``overrides`` (``key=value`` over the checkpoint's own config, validated as for training) say
+    ``eval.deterministic=false`` (e.g. with ``policy.options.temperature=0.5``).
 
     With ``video_episodes`` > 0, that many more are filmed into ``eval_<checkpoint name>.mp4`` beside the
     checkpoint (or in ``video_dir``), whose path is ``"video"`` in the result.
@@ -43,6 +47,8 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_add
     config = from_yaml_file(checkpoint.path / CONFIG_FILE)
     try:
         sim_envs.get_task(config.task)
+        if overrides:
+            config = load_train_config(config.task, str(checkpoint.path / CONFIG_FILE), overrides)
     except sim_envs.TaskConfigError as error:
         raise ConfigError(f"--checkpoint {checkpoint.path} was trained on task {config.task!r}, which is not "
                           f"registered here (a task you registered yourself: evaluate from the Python script "
@@ -55,7 +61,8 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_add
         try:
             version = int(checkpoint.counters.get("iteration", 0))
             ray.get(workers.rollout.call("load_weights", (checkpoint.weights, version)))
-            results = episode_metrics(workers.evaluate(episodes), "eval")
+            results = episode_metrics(workers.evaluate(episodes, config.eval.deterministic), "eval")
+            results["eval/deterministic"] = config.eval.deterministic
             if video_episodes:
                 directory = Path(video_dir) if video_dir else checkpoint.path.parent
                 video = record_video(workers, video_episodes, directory / f"eval_{checkpoint.path.name}.mp4")
@@ -66,12 +73,13 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_add
 
 
 def run_eval(checkpoint_path: str, episodes: int, ray_address: str | None, as_json: bool, video: bool = False,
-             video_episodes: int | None = None, video_dir: str | None = None) -> int:
+             video_episodes: int | None = None, video_dir: str | None = None,
+             overrides: list[str] | None = None) -> int:
     if video or video_episodes is not None or video_dir:
         video_episodes = DEFAULT_VIDEO_EPISODES if video_episodes is None else video_episodes
         if video_episodes < 1:
             raise ConfigError(f"--video-episodes={video_episodes} is out of range; allowed: an integer >= 1")
-    results = evaluate_checkpoint(checkpoint_path, episodes, ray_address, video_episodes or 0, video_dir)
+    results = evaluate_checkpoint(checkpoint_path, episodes, ray_address, video_episodes or 0, video_dir, overrides)
     if as_json:
         print(json.dumps(results))
     else:

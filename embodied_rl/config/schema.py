@@ -69,7 +69,10 @@ class EvalConfig:
     every_iterations: int = 20
     """Evaluate every this many iterations (0: only at the end)."""
     num_episodes: int = 64
-    """Episodes per evaluation (deterministic actions, full length)."""
+    """Episodes per evaluation (full length)."""
+    deterministic: bool = True
+    """Evaluate the policy's most likely actions (argmax tokens, the mean Gaussian, Pi0's ODE from zero noise);
+    False: actions sampled as in training (at the policy's own temperature or noise level)."""
     video_episodes: int = 0
     """Episodes filmed into videos/eval_iter_N.mp4 (a grid of 128 px tiles) at the final evaluation; 0: none.
     Slow on CPU (lavapipe): the first frame of a process compiles the render pipelines (~25 s), then ~0.04 s a frame

@@ -176,7 +176,7 @@ class EmbodiedRunner:
         if finished or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
             t4 = time.perf_counter()
             with turns.sampling("evaluate"):
-                self.last_eval = episode_metrics(workers.evaluate(c.eval.num_episodes), "eval")
+                self.last_eval = episode_metrics(workers.evaluate(c.eval.num_episodes, c.eval.deterministic), "eval")
                 self.last_eval["time/eval_s"] = time.perf_counter() - t4
                 metrics.update(record_eval_video(workers, c.eval, self.run_dir, self.iteration, finished))
             metrics.update(self.last_eval)

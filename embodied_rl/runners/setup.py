@@ -74,14 +74,15 @@ class EmbodiedWorkers:
         """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes."""
         return self._served("interact", num_steps)
 
-    def evaluate(self, num_episodes: int) -> list[dict]:
-        """Deterministic full-length episodes, ``num_episodes`` split over the env workers."""
-        return self._served("evaluate", -(-num_episodes // len(self.env)))
+    def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[dict]:
+        """Full-length episodes with deterministic (or sampled) actions, ``num_episodes`` split over the env
+        workers."""
+        return self._served("evaluate", -(-num_episodes // len(self.env)), deterministic)
 
-    def _served(self, env_method: str, argument: int) -> list[dict]:
+    def _served(self, env_method: str, *arguments) -> list[dict]:
         serving = self.rollout.call("serve")
         try:
-            per_worker = ray.get(self.env.call(env_method, argument))
+            per_worker = ray.get(self.env.call(env_method, *arguments))
         finally:
             self.stop_serving(serving)
         return [episode for episodes in per_worker for episode in episodes]

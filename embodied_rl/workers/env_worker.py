@@ -137,8 +137,8 @@ class EnvWorker(Worker):
         self.channel.put(trajectory, TRAJECTORIES_KEY)
         return episodes
 
-    def evaluate(self, num_episodes: int) -> list[dict]:
-        """Run ``num_episodes`` full-length episodes with deterministic actions."""
+    def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[dict]:
+        """Run ``num_episodes`` full-length episodes with deterministic (or sampled) actions."""
         if self.eval_env is None:
             options = dict(self.env_options, ignore_terminations=True)
             self.eval_env = sim_envs.make(self.task, self.num_envs, processes=False, seed=self.eval_seed, **options)
@@ -148,7 +148,7 @@ class EnvWorker(Worker):
         quota = np.full(self.num_envs, num_episodes // self.num_envs)
         quota[: num_episodes % self.num_envs] += 1
         while (quota > 0).any():
-            self._request(0, obs, None, deterministic=True)
+            self._request(0, obs, None, deterministic=deterministic)
             batch, ended = step_decision(self.eval_env, self._response(0).actions)
             for i, stats in ended:
                 if quota[i] > 0:
