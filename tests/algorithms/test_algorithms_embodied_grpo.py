@@ -118,3 +118,22 @@ def test_token_level_evaluate_asks_the_policy_for_its_token_log_probs():
     assert torch.equal(outputs["token_logp"], torch.tensor([[-1.0, -2.0]]))
     assert outputs["logp"].item() == -3.0 and outputs["entropy"].item() == 0.75 and outputs["values"].item() == 3.0
     assert ("ratio_level", "sequence", "decision, token") in list(GRPOConfig(ratio_level="sequence").problems())
+
+
+def test_return_to_go_scores_each_step_against_the_group_at_the_same_step():
+    # One episode slot of 3 steps, 2 groups of 2 envs. Rewards per env (steps 0, 1, 2):
+    #   env 0: 1, 0, 2 -> to go 3, 2, 2      env 1: 0, 1, 0 -> to go 1, 1, 0   (group 0)
+    #   env 2: 1, 1, 1 -> to go 3, 2, 1      env 3: 1, 1, 1 -> to go 3, 2, 1   (group 1: identical, filtered)
+    batch = _batch({}, T=3, B=4, L=3)
+    batch["rewards"] = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 1.0, 1.0, 1.0], [2.0, 0.0, 1.0, 1.0]])
+    algorithm = GRPO(GRPOConfig(group_size=2, score="return_to_go", normalize_std=False))
+    selected, metrics = algorithm.select(batch)
+    assert metrics["train/groups_kept"] == 1
+    samples, _ = algorithm.prepare([selected])
+    # group 0, mean-centred per step: step 0 (3, 1) -> +1, -1; step 1 (2, 1) -> +0.5, -0.5; step 2 (2, 0) -> +1, -1
+    assert samples["obs"][:, 0].tolist() == [0, 10, 20, 1, 11, 21]
+    assert samples["advantages"].tolist() == pytest.approx([1.0, 0.5, 1.0, -1.0, -0.5, -1.0])
+    # the episode's return alone would give every step of env 0 the same +1 (returns 3 and 1)
+    plain, _ = GRPO(GRPOConfig(group_size=2, score="return", normalize_std=False)).prepare(
+        [GRPO(GRPOConfig(group_size=2, score="return")).select(batch)[0]])
+    assert plain["advantages"].tolist() == pytest.approx([1.0, 1.0, 1.0, -1.0, -1.0, -1.0])

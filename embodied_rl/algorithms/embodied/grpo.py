@@ -19,7 +19,7 @@ from embodied_rl.algorithms.embodied.base import (ALGORITHMS, Algorithm, Problem
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
 from embodied_rl.algorithms.losses import KL_KINDS, kl_penalty
 
-SCORES = ("success", "return")
+SCORES = ("success", "return", "return_to_go")
 
 
 @dataclass
@@ -29,7 +29,10 @@ class GRPOConfig(UpdateConfig):
     group_size: int = 8
     """G: envs per group that start from the same initial state (the total env count must be a multiple)."""
     score: str = "success"
-    """Episode score: 'success' (1 if the task succeeded at any step, else 0) or 'return' (summed reward)."""
+    """Episode score: 'success' (1 if the task succeeded at any step, else 0), 'return' (summed reward), or
+    'return_to_go' (each step scored by the rewards from it to the episode's end and compared with the group's
+    members at the same step: a step is not credited with the luck of the steps before it; groups are filtered by
+    their returns)."""
     clip_low: float = 0.2
     """Ratio clipped below at 1 - clip_low."""
     clip_high: float = 0.28
@@ -102,6 +105,14 @@ def success_scores(success: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return scores, ~after_first
 
 
+def step_advantages(step_scores: torch.Tensor, group_size: int, normalize_std: bool = True) -> torch.Tensor:
+    """Per-step group-relative advantages: ``step_scores`` ``[E, L]`` (episodes group-contiguous) -> ``[E, L]``,
+    where column ``l`` is ``grpo_advantages`` of the group members' scores at step ``l``."""
+    E, L = step_scores.shape
+    by_step = grpo_advantages(step_scores.T.reshape(-1), group_size, normalize_std=normalize_std)  # [L * E]
+    return by_step.reshape(L, E).T
+
+
 @ALGORITHMS.register("grpo")
 class GRPO(Algorithm):
     config_class = GRPOConfig
@@ -122,7 +133,8 @@ class GRPO(Algorithm):
             if not c.mask_after_success:
                 valid = torch.ones_like(valid)
         else:
-            scores = to_episodes(batch["rewards"], length).sum(dim=1)
+            rewards = to_episodes(batch["rewards"], length)
+            scores = rewards.sum(dim=1)
             valid = torch.ones_like(success)
         groups = len(scores) // c.group_size
         if len(scores) % c.group_size:
@@ -130,6 +142,8 @@ class GRPO(Algorithm):
         keep = dynamic_sampling_mask(scores, c.group_size) if c.filter_groups else torch.ones_like(valid[:, 0])
         episodes = dict(obs=to_episodes(batch["obs"], length), actions=to_episodes(batch["actions"], length),
                         logp=to_episodes(batch["logp"], length), valid=valid, scores=scores)
+        if c.score == "return_to_go":
+            episodes["step_scores"] = rewards.flip(1).cumsum(1).flip(1)  # [E, L]
         kept = {k: select_rows(v, keep) for k, v in episodes.items()}
         kept["groups_sampled"] = groups
         metrics = {"train/groups_sampled": groups, "train/groups_kept": int(keep.sum()) // c.group_size,
@@ -148,9 +162,12 @@ class GRPO(Algorithm):
         limit = selected[0]["groups_sampled"] * c.group_size
         cat = lambda key: select_rows(concat_rows([s[key] for s in selected]), slice(0, limit))  # noqa: E731
         scores, valid = cat("scores"), cat("valid")
-        advantages = grpo_advantages(scores, c.group_size, normalize_std=c.normalize_std)
+        if c.score == "return_to_go":
+            advantages = step_advantages(cat("step_scores"), c.group_size, c.normalize_std)
+        else:
+            advantages = grpo_advantages(scores, c.group_size, normalize_std=c.normalize_std)[:, None].expand_as(valid)
         samples = dict(obs=select_rows(cat("obs"), valid), actions=cat("actions")[valid], old_logp=cat("logp")[valid],
-                       advantages=advantages[:, None].expand_as(valid)[valid])
+                       advantages=advantages[valid])
         metrics = {"train/advantage_abs_mean": advantages.abs().mean().item(),
                    "train/groups_trained": len(scores) // c.group_size, "train/steps_trained": int(valid.sum())}
         return samples, metrics
