@@ -29,6 +29,9 @@ class EnvConfig:
     """ManiSkill reward: normalized_dense, dense, sparse."""
     max_episode_steps: Optional[int] = None
     """Time limit; None keeps the task's own."""
+    ignore_terminations: bool = False
+    """Run every training episode to the time limit, also past success (as evaluations do; GRPO's lock-step groups
+    always do): with dense rewards, an episode that ends at success then cannot earn less than one that lingers."""
     reconfiguration_freq: int = 0
     """Rebuild the scene every this many resets (0 never; ManiSkill's CPU default 1 is much slower)."""
     backend: str = "auto"

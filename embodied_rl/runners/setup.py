@@ -44,7 +44,7 @@ def env_options(config: TrainConfig) -> dict:
                    backend=e.backend)
     if e.obs_mode != "state":
         options["image_size"] = e.image_size
-    if grouped(config):
+    if grouped(config) or e.ignore_terminations:
         options["ignore_terminations"] = True  # every env of a group runs to the time limit, in lock-step
     return options
 
