@@ -16,7 +16,9 @@ from sim_envs.vector_env import obs_rows
 
 
 class EnvWorker(Worker):
-    """Steps ``envs_per_worker`` envs of ``task``; env i of rank r starts from seed ``seed + r * k + i``.
+    """Steps ``envs_per_worker`` envs of ``task``; env i of rank r (global index g = r * k + i) starts from seed
+    ``seed + g`` and its later episodes take ``seed + g + j * N`` (N = ``total_envs``): no two envs of the run
+    ever share an initial state. Evaluation envs do the same from ``10_000_000 + seed + g``.
 
     With ``pipeline_stages`` S > 1 the envs form S groups: while a rollout worker computes actions for one
     group, this worker steps the next, so simulation and inference overlap.
@@ -33,7 +35,7 @@ class EnvWorker(Worker):
         self.action_chunk = action_chunk  # simulator steps per policy decision
         self.channel = channel
         self.num_envs = envs_per_worker
-        self.env_options = dict(env_options)
+        self.env_options = dict(env_options, seed_stride=max(total_envs, envs_per_worker))
         sizes = [len(part) for part in np.array_split(np.arange(envs_per_worker), pipeline_stages)]
         first = seed + self.rank * envs_per_worker
         offsets = np.cumsum([0, *sizes[:-1]])

@@ -20,6 +20,7 @@ class InProcessManiSkillEnvs:
         self.single_action_shape = self.envs[0].action_shape
         self.max_episode_steps = self.envs[0].max_episode_steps
         self.tracker = EpisodeTracker(num_envs)
+        self.seed_stride = options.seed_stride or num_envs
         self._episode_seeds = [options.seed + i for i in range(num_envs)]
 
     def reset(self, seed: int | None = None, state_ids: list[int] | None = None):
@@ -34,13 +35,15 @@ class InProcessManiSkillEnvs:
         return _stack_rows(obs)
 
     def _advance_seeds(self) -> None:
-        # Later episodes of env i continue a seed stream disjoint from the other envs'.
-        self._episode_seeds = [s + self.num_envs for s in self._episode_seeds]
+        # Later episodes of env i continue a seed stream disjoint from the other envs' (and, with seed_stride set
+        # to the total env count, from other workers' envs).
+        self._episode_seeds = [s + self.seed_stride for s in self._episode_seeds]
 
     def step(self, actions: np.ndarray, observe: bool = True) -> StepBatch:
         """See ``VectorEnv.step``; with ``observe=False`` camera envs skip rendering (the first observation of an
         episode started by the autoreset is always rendered)."""
         n = self.num_envs
+        stride = self.seed_stride
         rewards = np.zeros(n, np.float32)
         terminated = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
@@ -51,7 +54,7 @@ class InProcessManiSkillEnvs:
             if terminated[i] or truncated[i]:
                 final_rows[i] = obs
                 obs = env.reset(seed=self._episode_seeds[i])
-                self._episode_seeds[i] += n
+                self._episode_seeds[i] += stride
             next_obs.append(obs)
         self.tracker.record(rewards, success)
         done = terminated | truncated

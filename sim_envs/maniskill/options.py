@@ -37,6 +37,9 @@ class ManiSkillOptions:
     renderer (state envs are then built with ``render_backend='none'``). Costs on CPU: sim_envs/maniskill/rendering.py."""
     seed: int = 0
     """Seed of the first episode of env 0; env i starts from seed + i."""
+    seed_stride: int = 0
+    """In-process CPU envs: env i's later episodes take seeds seed + i + k * seed_stride (0: num_envs). Env
+    workers set it to the run's total env count, so that the seed streams of different workers never meet."""
 
     @classmethod
     def parse(cls, overrides: dict) -> "ManiSkillOptions":
@@ -51,6 +54,8 @@ class ManiSkillOptions:
             raise TaskConfigError(f"backend={options.backend!r}; allowed: {', '.join(BACKENDS)}")
         if options.max_episode_steps is not None and options.max_episode_steps < 1:
             raise TaskConfigError(f"max_episode_steps must be >= 1, got {options.max_episode_steps}")
+        if options.seed_stride < 0:
+            raise TaskConfigError(f"seed_stride must be >= 0 (0: num_envs), got {options.seed_stride}")
         if options.render_size < 0:
             raise TaskConfigError(f"render_size must be >= 0 (0: no rendering), got {options.render_size}")
         return options

@@ -68,3 +68,23 @@ def test_rgb_observations():
         assert obs["state"].ndim == 2
     finally:
         env.close()
+
+
+def _first_obs(seed: int) -> np.ndarray:
+    env = sim_envs.make("maniskill_pickcube", 1, processes=False, seed=seed)
+    try:
+        return env.reset()[0]
+    finally:
+        env.close()
+
+
+def test_seed_stride_sets_the_seeds_of_later_episodes():
+    # One in-process env from seed 5 with stride 3: its second episode starts as a fresh env reset with seed 8.
+    env = sim_envs.make("maniskill_pickcube", 1, processes=False, seed=5, seed_stride=3, max_episode_steps=1)
+    try:
+        env.reset()
+        second = env.step(np.zeros((1, *env.single_action_shape), np.float32)).obs[0]
+    finally:
+        env.close()
+    np.testing.assert_allclose(second, _first_obs(8), atol=1e-6)
+    assert not np.allclose(second, _first_obs(6), atol=1e-4)
