@@ -52,3 +52,17 @@ class TrackedProcess:
             if not alive or time.time() > deadline:
                 return alive
             time.sleep(0.5)
+
+
+def ray_worker_pids(class_name: str) -> list[int]:
+    """This process's descendants (the embedded Ray's workers) whose title Ray set to ``ray::<class_name>...``,
+    idle or inside a method: the processes an operator would ``kill -9``."""
+    pids = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            title = (child.cmdline() or [""])[0]
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if title.startswith(f"ray::{class_name}"):
+            pids.append(child.pid)
+    return pids

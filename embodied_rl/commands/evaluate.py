@@ -60,7 +60,7 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_add
         workers = start_workers(config, cluster, with_actor=False)
         try:
             version = int(checkpoint.counters.get("iteration", 0))
-            ray.get(workers.rollout.call("load_weights", (checkpoint.weights, version)))
+            workers.install_weights(ray.put((checkpoint.weights, version)))
             results = episode_metrics(workers.evaluate(episodes, config.eval.deterministic), "eval")
             results["eval/deterministic"] = config.eval.deterministic
             if video_episodes:

@@ -134,7 +134,9 @@ class EmbodiedRunner:
                 with turns.training("update"):
                     t_update = time.perf_counter()
                     progress_done = self.env_steps / c.total_env_steps
-                    metrics = ray.get(workers.actor.call("update", len(workers.env), progress_done)[0])
+                    metrics = ray.get(workers.actor.call("update", workers.trajectories_sent, progress_done,
+                                                         workers.round_dropped)[0])
+                    workers.faults["fault/rounds_dropped"] += int(workers.round_dropped)
                     update_s += time.perf_counter() - t_update
                     if not metrics["train/needs_more"]:
                         turns.publish_weights()
@@ -143,6 +145,7 @@ class EmbodiedRunner:
             t3 = time.perf_counter()
             self.iteration += 1
             metrics.update(episode_metrics(episodes, "train"))
+            metrics.update(workers.faults)
             timings = turns.pop_timings()
             metrics.update(timings)
             metrics.update({"time/sample_s": sample_s, "time/update_wall_s": update_s,

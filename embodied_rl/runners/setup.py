@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 
 import ray
 
@@ -11,11 +12,22 @@ from embodied_rl.config.schema import TrainConfig, resolve_placement, slots_are_
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.env_worker import EnvWorker
-from embodied_rl.workers.messages import REQUESTS_KEY, StopServing
+from embodied_rl.runtime.channel import ChannelTimeout
+from embodied_rl.workers.messages import REQUESTS_KEY, ResendRequest, StopServing, responses_key
 from embodied_rl.workers.rollout_worker import RolloutWorker
 
 
 WEIGHTS_COLLECTIVE = "weights"
+
+FAULT_COUNTERS = ("fault/env_workers_replaced", "fault/rollout_workers_replaced", "fault/trajectories_lost",
+                  "fault/rounds_dropped")
+"""Cumulative counters of a run's worker faults (logged with every iteration's metrics)."""
+
+
+def _one_line(error) -> str:
+    """``Type: first sentence`` of an error (Ray's errors run to paragraphs)."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text.split('. ')[0]}"[:300]
 
 
 def grouped(config: TrainConfig) -> bool:
@@ -59,6 +71,17 @@ def observation_spec(obs_shape) -> dict:
     return dict(obs_dim=int(obs_shape[0]))
 
 
+MAX_WORKER_RESTARTS = 3
+"""Replacements of one rank before the run gives up on it (a worker that dies every time is a bug, not bad luck)."""
+
+REPLACEMENT_SEED_STRIDE = 1_000_003
+"""A replacement env worker's seed moves by this much per incarnation: its episodes start from fresh states."""
+
+
+class WorkerLostError(RuntimeError):
+    """A worker died more often than ``MAX_WORKER_RESTARTS``; the run stops."""
+
+
 @dataclass
 class EmbodiedWorkers:
     channel: Channel
@@ -69,27 +92,140 @@ class EmbodiedWorkers:
     placement: object
     last_serving: list | None = None  # each rollout worker's counters from its last ``serve``
     weights_synced: bool = False  # the rollout workers hold the actor's full weights (frozen ones included)
+    pipeline_stages: int = 1
+    grouped: bool = False  # GRPO-style groups span env workers: a round that lost one is dropped whole
+    faults: dict = field(default_factory=lambda: dict.fromkeys(FAULT_COUNTERS, 0))
+    trajectories_sent: int = 0  # trajectories the last ``sample`` put on the channel (its surviving env workers)
+    round_dropped: bool = False  # the last ``sample`` lost an env worker of a grouped run: drop its trajectories
+    restarts: dict = field(default_factory=dict)  # (group, rank) -> replacements so far
+    broadcast_generation: int = 0  # the weight collective is re-formed after a rollout worker is replaced
+    broadcast_formed: bool = False
+    installed_weights: object = None  # reference to the (weights, version) last installed by ``install_weights``
 
     def sample(self, num_steps: int) -> list[dict]:
-        """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes."""
-        return self._served("interact", num_steps)
+        """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes.
+
+        A worker that dies meanwhile (killed, crashed) is replaced: a dead env worker's trajectory of this round
+        is lost (``fault/...`` counters; ``trajectories_sent`` counts the ones that reached the actor's channel),
+        a dead rollout worker's requests are sent again to the others."""
+        episodes, lost = self._served("interact", num_steps)
+        self.trajectories_sent = len(self.env) - len(lost)
+        self.round_dropped = bool(lost) and self.grouped
+        self.faults["fault/trajectories_lost"] += len(lost)
+        return episodes
 
     def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[dict]:
         """Full-length episodes with deterministic (or sampled) actions, ``num_episodes`` split over the env
-        workers."""
-        return self._served("evaluate", -(-num_episodes // len(self.env)), deterministic)
+        workers (fewer when one dies meanwhile)."""
+        return self._served("evaluate", -(-num_episodes // len(self.env)), deterministic)[0]
 
-    def _served(self, env_method: str, *arguments) -> list[dict]:
-        serving = self.rollout.call("serve")
+    def _served(self, env_method: str, *arguments) -> tuple[list[dict], list[int]]:
+        """Run ``env_method`` on every env worker while the rollout workers serve; returns the finished episodes
+        and the ranks of env workers that died (each already replaced)."""
+        serving = dict(enumerate(self.rollout.call("serve")))
+        env_calls = dict(enumerate(self.env.call(env_method, *arguments)))
+        results, lost_env, rollout_replaced = {}, [], False
         try:
-            per_worker = ray.get(self.env.call(env_method, *arguments))
+            while env_calls:
+                waiting = {**{f: ("env", r) for r, f in env_calls.items()},
+                           **{f: ("rollout", r) for r, f in serving.items()}}
+                ready, _ = ray.wait(list(waiting), num_returns=1)
+                group, rank = waiting[ready[0]]
+                if group == "env":
+                    del env_calls[rank]
+                    try:
+                        results[rank] = ray.get(ready[0])
+                    except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as error:
+                        lost_env.append(rank)
+                        self._replace_env(rank, error)
+                else:  # a rollout worker returned from serve before StopServing: it died
+                    del serving[rank]
+                    self._replace_rollout(rank, ready[0])
+                    rollout_replaced = True
+                    serving[rank] = self.rollout.workers[rank].serve.remote()
+                    self._ask_env_workers_to_resend(sorted(env_calls))
         finally:
-            self.stop_serving(serving)
-        return [episode for episodes in per_worker for episode in episodes]
+            self.stop_serving(list(serving.values()))
+        if rollout_replaced and self.broadcast_formed:
+            self._reform_weight_broadcast()
+        return [episode for rank in sorted(results) for episode in results[rank]], lost_env
+
+    def _count_restart(self, group: str, rank: int, error) -> int:
+        restarts = self.restarts.get((group, rank), 0) + 1
+        if restarts > MAX_WORKER_RESTARTS:
+            raise WorkerLostError(f"{group} worker {rank} died {restarts} times (at most {MAX_WORKER_RESTARTS} "
+                                  f"replacements per worker); last error: {_one_line(error)}") from None
+        self.restarts[(group, rank)] = restarts
+        return restarts
+
+    def _replace_env(self, rank: int, error) -> None:
+        incarnation = self._count_restart("env", rank, error)
+        print(f"env worker {rank} died ({_one_line(error)}); replacing it", file=sys.stderr, flush=True)
+        seed = int(self.env.worker_kwargs["seed"])
+        if not self.grouped:  # grouped resets keep the seed: group partners on other workers share states
+            seed += REPLACEMENT_SEED_STRIDE * incarnation
+        self.env.replace(rank, incarnation=incarnation, seed=seed)
+        if self.grouped:  # the replacement continues its groups' sequence of shared initial states
+            donor = self.env.workers[(rank + 1) % len(self.env)] if len(self.env) > 1 else None
+            if donor is not None:
+                progress = ray.get(donor.group_progress.remote())
+                ray.get(self.env.workers[rank].set_group_progress.remote(progress))
+        self.faults["fault/env_workers_replaced"] += 1
+
+    def call_rollout(self, method: str, *args) -> list:
+        """``method`` on every rollout worker, as ``rollout.run`` but a worker found dead is replaced (with the
+        actor's weights) and the call repeated on its replacement."""
+        results = []
+        for rank, future in enumerate(self.rollout.call(method, *args)):
+            try:
+                results.append(ray.get(future))
+            except ray.exceptions.RayActorError as error:
+                self._replace_rollout(rank, error)
+                results.append(ray.get(getattr(self.rollout.workers[rank], method).remote(*args)))
+        return results
+
+    def _replace_rollout(self, rank: int, failed) -> None:
+        """Replace rollout worker ``rank``; ``failed``: its error, or the reference of a ``serve`` that ended."""
+        error = failed
+        if isinstance(failed, ray.ObjectRef):
+            try:
+                ray.get(failed)
+                error = RuntimeError("serve returned before it was told to stop")
+            except Exception as raised:  # noqa: BLE001 - any death or crash is replaced the same way
+                error = raised
+        self._count_restart("rollout", rank, error)
+        print(f"rollout worker {rank} died ({_one_line(error)}); replacing it", file=sys.stderr, flush=True)
+        if self.actor is None and self.installed_weights is None:
+            raise WorkerLostError(f"rollout worker {rank} died and there are no weights to give a replacement: "
+                                  f"{_one_line(error)}")
+        worker = self.rollout.replace(rank)
+        source = self.actor.workers[0].get_weights.remote(False) if self.actor else self.installed_weights
+        ray.get(worker.load_weights.remote(source))
+        self.faults["fault/rollout_workers_replaced"] += 1
+
+    def _ask_env_workers_to_resend(self, ranks: list[int]) -> None:
+        """A dead rollout worker took requests with it: each env worker still running resends its latest."""
+        for rank in ranks:
+            incarnation = self.restarts.get(("env", rank), 0)
+            for stage in range(self.pipeline_stages):
+                try:
+                    self.channel.put(ResendRequest(), responses_key(rank, stage, incarnation), timeout=1.0)
+                except ChannelTimeout:
+                    pass  # that env worker died too; its own replacement handles it
 
     def stop_serving(self, serving: list) -> None:
+        self.channel.refresh()  # a replaced rollout worker's old inbox may still be cached
         self.channel.put_to_every_reader(StopServing(), REQUESTS_KEY)  # by load, two could reach one worker
         self.last_serving = ray.get(serving)
+
+    def _reform_weight_broadcast(self) -> None:
+        from embodied_rl.runtime.collective import dissolve_collective
+
+        members = [self.actor.workers[0], *self.rollout.workers]
+        dissolve_collective(self.weights_collective, members)
+        self.broadcast_generation += 1
+        self.form_weight_broadcast()
+        self.weights_synced = False  # the new member holds no frozen weights yet
 
     def shutdown(self) -> None:
         for group in (self.env, self.rollout, self.actor):
@@ -102,15 +238,20 @@ class EmbodiedWorkers:
         from embodied_rl.runtime.collective import form_collective
 
         device = ray.get(self.actor.workers[0].device_name.remote())
-        form_collective(WEIGHTS_COLLECTIVE, [self.actor.workers[0], *self.rollout.workers],
+        form_collective(self.weights_collective, [self.actor.workers[0], *self.rollout.workers],
                         backend="nccl" if device.startswith("cuda") else "gloo")
+        self.broadcast_formed = True
+
+    @property
+    def weights_collective(self) -> str:
+        return f"{WEIGHTS_COLLECTIVE}:{self.broadcast_generation}"
 
     def broadcast_weights(self) -> int:
         """Actor -> every rollout worker through the collective group; returns the version they installed. After
         the first sync only trained weights travel (frozen ones, e.g. a LoRA base, are already in place)."""
         only_trained = self.weights_synced
-        sent = self.actor.call("broadcast_weights", WEIGHTS_COLLECTIVE, only_trained)
-        received = self.rollout.call("receive_weights", WEIGHTS_COLLECTIVE, only_trained)
+        sent = self.actor.call("broadcast_weights", self.weights_collective, only_trained)
+        received = self.rollout.call("receive_weights", self.weights_collective, only_trained)
         versions = ray.get(sent + received)
         if len(set(versions)) != 1:
             raise RuntimeError(f"weight broadcast left mixed policy versions {versions}")
@@ -124,7 +265,8 @@ class EmbodiedWorkers:
 
     def install_weights(self, weights_ref) -> int:
         """Load published weights into every rollout worker; returns their policy version."""
-        version = ray.get(self.rollout.call("load_weights", weights_ref))[0]
+        version = self.call_rollout("load_weights", weights_ref)[0]
+        self.installed_weights = weights_ref
         self.weights_synced = True
         return version
 
@@ -184,4 +326,5 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
                             algorithm=config.algorithm, channel=channel, seed=config.seed,
                             torch_threads=2, cpu_slots=cores("actor"), gpu_slots=gpus("actor"),
                             node_ids=node_ids_for(config, "actor"))
-    return EmbodiedWorkers(channel, env, rollout, actor, policy_spec, placement)
+    return EmbodiedWorkers(channel, env, rollout, actor, policy_spec, placement,
+                           pipeline_stages=config.env.pipeline_stages, grouped=grouped(config))

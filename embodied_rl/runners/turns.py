@@ -144,7 +144,10 @@ class PhaseTurns:
 
     def _timed(self, key: str, group, method: str) -> None:
         start = time.perf_counter()
-        ray.get(group.call(method))
+        if group is self.workers.rollout:
+            self.workers.call_rollout(method)  # a dead rollout worker is replaced, not fatal
+        else:
+            ray.get(group.call(method))
         self._add(key, time.perf_counter() - start)
 
     def _add(self, key: str, seconds: float) -> None:

@@ -174,9 +174,16 @@ class Channel:
         """Send ``item`` to each current reader of ``key`` (e.g. a stop signal); returns how many got it."""
         endpoints = self._endpoints
         readers = self._lookup_readers(key, timeout)
+        sent = 0
         for address, _ in readers:
-            self._send(endpoints, address, key, item)
-        return len(readers)
+            try:
+                self._send(endpoints, address, key, item)
+                sent += 1
+            except OSError:  # that reader is gone: drop it for everyone
+                endpoints.outbox.forget(address)
+                ray.get(self.directory.unsubscribe.remote(self.name, key, address))
+                self._readers.pop(key, None)
+        return sent
 
     def _send(self, endpoints: _ProcessEndpoints, address, key: str, item) -> None:
         if address == endpoints.inbox.address:

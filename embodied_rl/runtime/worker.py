@@ -103,20 +103,33 @@ class WorkerGroup:
             raise ValueError(f"worker group {name!r} needs at least one worker, got {num_workers}")
         self.name = name
         self.worker_class = worker_class
-        remote_class = ray.remote(worker_class)
-        self.workers = []
-        for rank in range(num_workers):
-            options: dict[str, Any] = dict(num_cpus=cpus_per_worker, max_concurrency=1)
-            if node_ids:
-                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_ids[rank % len(node_ids)],
-                                                                                soft=False)
-            self.workers.append(remote_class.options(**options).remote(
-                group=name, rank=rank, world_size=num_workers, **worker_kwargs))
+        self.cpus_per_worker = cpus_per_worker
+        self.node_ids = node_ids
+        self.worker_kwargs = worker_kwargs
+        self.world_size = num_workers
+        self._remote_class = ray.remote(worker_class)
+        self.workers = [self._start(rank) for rank in range(num_workers)]
         # Wait until every rank has finished constructing (and subscribed to its channel keys), so the first
         # messages see all members; a constructor's exception surfaces here.
         ray.get([worker.ping.remote() for worker in self.workers])
+
+    def _start(self, rank: int, **overrides: Any):
+        options: dict[str, Any] = dict(num_cpus=self.cpus_per_worker, max_concurrency=1)
+        if self.node_ids:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.node_ids[rank % len(self.node_ids)],
+                                                                            soft=False)
+        return self._remote_class.options(**options).remote(group=self.name, rank=rank, world_size=self.world_size,
+                                                            **dict(self.worker_kwargs, **overrides))
+
+    def replace(self, rank: int, **overrides: Any):
+        """Kill rank ``rank`` (if still alive) and start a new worker in its place, built with the group's keyword
+        arguments updated by ``overrides``; returns it once constructed."""
+        ray.kill(self.workers[rank], no_restart=True)
+        self.workers[rank] = self._start(rank, **overrides)
+        ray.get(self.workers[rank].ping.remote())
+        return self.workers[rank]
 
     def __len__(self) -> int:
         return len(self.workers)

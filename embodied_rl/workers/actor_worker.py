@@ -24,6 +24,10 @@ from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, T
 from embodied_rl.workers.trajectory_buffer import concat_obs
 from embodied_rl.workers.weights import load_numpy_weights, weights_template, weights_to_numpy
 
+TRAJECTORY_TIMEOUT_S = 120.0
+"""Trajectories are on the channel by the time ``update`` is called (their env workers have returned); a longer
+wait means one was lost, and the channel's error names the key it waited on."""
+
 
 class ActorWorker(Worker):
     """Trains the policy with the algorithm ``algorithm`` names (a config dataclass of
@@ -80,15 +84,20 @@ class ActorWorker(Worker):
         self.collectives[collective].broadcast_state_dict(state, src=0)
         return self.policy_version
 
-    def update(self, num_trajectories: int, progress: float = 0.0) -> dict:
+    def update(self, num_trajectories: int, progress: float = 0.0, discard: bool = False) -> dict:
         """Take ``num_trajectories`` trajectories from the channel; once the algorithm has enough
         (``train/needs_more`` is 0) run one update on them at the learning rate for ``progress`` (0 to 1) of the
-        run; returns metrics."""
+        run; returns metrics. ``discard``: drop them instead (a sampling round that lost part of a group) and ask
+        for more."""
         self._require_onloaded("update")
         start = time.perf_counter()
         chunks: list[Trajectory] = []
         while len(chunks) < num_trajectories:
-            chunks.extend(self.channel.get_batch(TRAJECTORIES_KEY, num_trajectories - len(chunks)))
+            chunks.extend(self.channel.get_batch(TRAJECTORIES_KEY, num_trajectories - len(chunks),
+                                                 timeout=TRAJECTORY_TIMEOUT_S))
+        if discard or not chunks:
+            return {"train/needs_more": 1, "train/discarded_trajectories": len(chunks),
+                    "time/update_s": time.perf_counter() - start}
         chunks.sort(key=lambda c: c.env_rank)
         batch = {name: self._tensor(np.concatenate([getattr(c, name) for c in chunks], axis=1))
                  for name in ("actions", "logp", "values", "rewards", "terminated", "truncated", "final_values",

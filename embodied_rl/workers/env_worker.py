@@ -8,7 +8,8 @@ import numpy as np
 
 import sim_envs
 from embodied_rl.workers.action_chunks import step_decision
-from embodied_rl.workers.messages import (REQUESTS_KEY, TRAJECTORIES_KEY, PolicyRequest, responses_key)
+from embodied_rl.workers.messages import (REQUESTS_KEY, TRAJECTORIES_KEY, PolicyRequest, ResendRequest,
+                                          responses_key)
 from embodied_rl.workers.trajectory_buffer import TrajectoryBuffer, merge_stages
 from embodied_rl.workers.video_episodes import record_episodes
 from embodied_rl.runtime import Worker
@@ -26,7 +27,7 @@ class EnvWorker(Worker):
 
     def __init__(self, task: str | sim_envs.TaskEntry, envs_per_worker: int, env_options: dict, channel,
                  seed: int = 0, pipeline_stages: int = 1, group_size: int | None = None, total_envs: int = 0,
-                 action_chunk: int = 1, **kwargs):
+                 action_chunk: int = 1, incarnation: int = 0, **kwargs):
         super().__init__(**kwargs)
         if not 1 <= pipeline_stages <= envs_per_worker:
             raise ValueError(f"pipeline_stages={pipeline_stages} must be between 1 and envs_per_worker="
@@ -52,8 +53,12 @@ class EnvWorker(Worker):
         self.stage_envs = [first - seed + int(o) + np.arange(n) for n, o in zip(sizes, offsets)]
         self.seed = seed
         self.group_episodes = [0] * len(self.stages)  # grouped episodes each stage has started
+        self.incarnation = incarnation  # replacements of this rank so far (see responses_key)
+        self.last_requests: list[PolicyRequest | None] = [None] * len(self.stages)
+        self.sequence = 0
+        self.resent = 0  # requests sent again after a rollout worker died
         for stage in range(len(self.stages)):
-            self.channel.subscribe(responses_key(self.rank, stage))
+            self.channel.subscribe(responses_key(self.rank, stage, incarnation))
 
     def observation_shape(self):
         obs = self.stage_obs[0]
@@ -65,14 +70,27 @@ class EnvWorker(Worker):
         return self.stages[0].single_action_shape
 
     def _request(self, stage: int, obs, final_obs, deterministic=False, want_actions=True) -> None:
-        self.channel.put(PolicyRequest(self.rank, obs, final_obs, deterministic, want_actions, stage),
-                         REQUESTS_KEY)
+        self.sequence += 1
+        request = PolicyRequest(self.rank, obs, final_obs, deterministic, want_actions, stage, self.incarnation,
+                                self.sequence)
+        self.last_requests[stage] = request
+        self.channel.put(request, REQUESTS_KEY)
 
     def _response(self, stage: int):
+        """The answer to this stage's latest request. A ``ResendRequest`` (a rollout worker died, maybe holding
+        that request) sends it again; answers to earlier requests (a resent one answered twice) are dropped."""
         start = time.perf_counter()
-        response = self.channel.get(responses_key(self.rank, stage))
+        wanted = self.last_requests[stage]
+        while True:
+            item = self.channel.get(responses_key(self.rank, stage, self.incarnation))
+            if isinstance(item, ResendRequest):
+                self.channel.refresh()  # the dead reader may still be cached
+                self.channel.put(wanted, REQUESTS_KEY)
+                self.resent += 1
+            elif item.sequence == wanted.sequence:
+                break
         self.seconds["waiting_for_actions_s"] += time.perf_counter() - start
-        return response
+        return item
 
     def pop_seconds(self) -> dict:
         """Seconds spent stepping simulators and waiting for actions since the last call."""
@@ -84,6 +102,13 @@ class EnvWorker(Worker):
         across groups and episodes (also when a group spans env workers)."""
         groups = self.stage_envs[stage] // self.group_size
         return [int(self.seed + self.group_episodes[stage] * self.num_groups + g) for g in groups]
+
+    def group_progress(self) -> list[int]:
+        """Grouped episodes each stage has started (a replacement of a worker continues from its partners')."""
+        return list(self.group_episodes)
+
+    def set_group_progress(self, episodes: list[int]) -> None:
+        self.group_episodes = [int(e) for e in episodes]
 
     def _reset_group_stage(self, stage: int):
         obs = self.stages[stage].reset(state_ids=self.group_state_ids(stage))

@@ -11,15 +11,19 @@ TRAJECTORIES_KEY = "trajectories"
 POLICY_VERSION_KEY = "__policy_version__"  # rides with the weights in a broadcast state dict
 
 
-def responses_key(env_rank: int, stage: int = 0) -> str:
-    return f"responses:{env_rank}:{stage}"
+def responses_key(env_rank: int, stage: int = 0, incarnation: int = 0) -> str:
+    """Where the answers for one pipeline stage of one env worker go. ``incarnation`` counts the replacements of
+    the worker at ``env_rank``: a replacement never receives an answer to a request of the worker it replaced."""
+    return f"responses:{env_rank}:{stage}:{incarnation}"
 
 
 @dataclass
 class PolicyRequest:
     """An env worker asks for actions. obs ``[b, ...]``; final_obs ``[k, ...]``: last observations of episodes
     that ended at the previous step (their values bootstrap truncation); ``want_actions=False`` asks for values only;
-    ``stage``: the env worker's pipeline stage the answer goes back to.
+    ``stage``: the env worker's pipeline stage the answer goes back to; ``incarnation``: the env worker's (see
+    ``responses_key``); ``sequence``: numbers the stage's requests, echoed in the response (a request sent again
+    after a rollout worker died may be answered twice: the env worker keeps the answer to its latest one).
     """
 
     env_rank: int
@@ -28,6 +32,8 @@ class PolicyRequest:
     deterministic: bool = False
     want_actions: bool = True
     stage: int = 0
+    incarnation: int = 0
+    sequence: int = 0
 
 
 @dataclass
@@ -43,6 +49,12 @@ class PolicyResponse:
     policy_version: int
     rollout_rank: int
     stored: dict | None = None
+    sequence: int = 0
+
+
+class ResendRequest:
+    """Sent to an env worker's response keys when a rollout worker died: requests it had taken are lost, so every
+    env worker waiting for an answer sends its latest request again."""
 
 
 class StopServing:

@@ -13,11 +13,15 @@ import torch
 from embodied_rl.models import build_policy
 from embodied_rl.models.outputs import unpack_act
 from embodied_rl.runtime import Worker
+from embodied_rl.runtime.channel import ChannelTimeout
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import (POLICY_VERSION_KEY, REQUESTS_KEY, PolicyRequest, PolicyResponse,
                                           StopServing, responses_key)
 from embodied_rl.workers.weights import load_numpy_weights, weights_template, weights_to_numpy
 from sim_envs.vector_env import stack_obs
+
+ANSWER_READER_TIMEOUT_S = 1.0
+"""How long an answer waits for its env worker's key to have a reader (it has one from the worker's start)."""
 
 
 class RolloutWorker(Worker):
@@ -35,6 +39,7 @@ class RolloutWorker(Worker):
         self.channel.subscribe(REQUESTS_KEY)
         self.requests_served = 0
         self.forward_passes = 0
+        self.answers_dropped = 0  # answers to env workers that died after asking
         self.offloader = Offloader([self.policy])
 
     def offload(self) -> MoveReport:
@@ -87,7 +92,7 @@ class RolloutWorker(Worker):
             waiting += received - start
             inferring += time.perf_counter() - received
         return dict(requests=self.requests_served, forward_passes=self.forward_passes, waiting_s=waiting,
-                    inferring_s=inferring)
+                    inferring_s=inferring, answers_dropped=self.answers_dropped)
 
     def _answer(self, requests: list[PolicyRequest]) -> None:
         for deterministic in (False, True):
@@ -114,11 +119,17 @@ class RolloutWorker(Worker):
             n = _rows(r.obs)
             k = 0 if r.final_obs is None else _rows(r.final_obs)
             rows = slice(offset, offset + n)
-            self.channel.put(PolicyResponse(
+            response = PolicyResponse(
                 actions[rows] if r.want_actions else None, logp[rows] if r.want_actions else None,
                 values[rows], values[offset + n: offset + n + k], self.policy_version, self.rank,
-                {key: v[rows] for key, v in stored.items()} if stored and r.want_actions else None),
-                responses_key(r.env_rank, r.stage))
+                {key: v[rows] for key, v in stored.items()} if stored and r.want_actions else None, r.sequence)
+            try:
+                # An env worker subscribes before its first request: no reader means it died (its replacement
+                # reads another key), so the answer is dropped at once instead of waiting for a reader.
+                self.channel.put(response, responses_key(r.env_rank, r.stage, r.incarnation),
+                                 timeout=ANSWER_READER_TIMEOUT_S)
+            except ChannelTimeout:
+                self.answers_dropped += 1
             offset += n + k
             self.requests_served += 1
 

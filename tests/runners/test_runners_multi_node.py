@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent("""
     from embodied_rl.config import load_train_config
     from embodied_rl.runners.setup import start_workers
     from embodied_rl.runtime import Cluster
-    from embodied_rl.workers.messages import REQUESTS_KEY, TRAJECTORIES_KEY
+    from embodied_rl.workers.messages import REQUESTS_KEY, TRAJECTORIES_KEY, responses_key
 
     nodes = RayTestCluster(initialize_head=True, head_node_args={"num_cpus": 4})
     nodes.add_node(num_cpus=4)
@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent("""
         across = ray.get(workers.env.workers[0].__ray_call__.remote(
             lambda self: self.channel.transport_to_readers(REQUESTS_KEY)))
         within = ray.get(workers.env.workers[0].__ray_call__.remote(
-            lambda self: [self.channel.transport_to_readers(f"responses:{r}:0") for r in range(2)]))
+            lambda self: [self.channel.transport_to_readers(responses_key(r, 0)) for r in range(2)]))
         traffic = ray.get(workers.env.workers[0].__ray_call__.remote(lambda self: self.channel.traffic()))
         workers.shutdown()
     print(json.dumps(dict(env_nodes=sorted(env_nodes), learner_nodes=sorted(learner_nodes), version=version,
