@@ -1,4 +1,4 @@
-"""``embodied-rl train|eval|demos|tasks|bench|doctor``.
+"""``embodied-rl train|eval|scale|demos|tasks|bench|doctor``.
 
 Exit codes: 0 success, 2 bad configuration or arguments (one line naming the key and what is allowed),
 1 runtime failure, 130 interrupted.
@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     demos.add_argument("--keep-failures", action="store_true", help="keep episodes that do not end in success")
     demos.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
 
+    scale = commands.add_parser("scale", help="resize the env and rollout workers of a live run")
+    scale.add_argument("run_dir", help="the run directory (of a staged recipe: its newest stage's is used)")
+    scale.add_argument("sizes", nargs="+", metavar="group=N", help="env=N and/or rollout=N")
+
     commands.add_parser("tasks", help="list the registered tasks")
     commands.add_parser("doctor", help="check that the simulator and runtime work on this machine")
 
@@ -109,6 +113,10 @@ def dispatch(args) -> int:
 
         return run_demos(args.task, args.episodes, args.source, args.obs, args.control_mode, args.out,
                          args.keep_failures, args.seed)
+    if args.command == "scale":
+        from embodied_rl.commands.scale import run_scale
+
+        return run_scale(args.run_dir, args.sizes)
     if args.command == "train":
         from embodied_rl.commands.train import run_train
 

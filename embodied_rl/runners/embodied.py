@@ -18,14 +18,17 @@ import numpy as np
 import ray
 
 from embodied_rl.algorithms.embodied import ALGORITHMS
+from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.schema import TrainConfig
 from embodied_rl.runners.demonstrations import load_sft_demonstrations
 from embodied_rl.runners.eval_video import record_eval_video
-from embodied_rl.runners.setup import start_workers
+from embodied_rl.runners.scale_requests import take_scale_request
+from embodied_rl.runners.setup import ScaleError, start_workers
 from embodied_rl.runners.turns import PhaseTurns
 from embodied_rl.runtime import Cluster
 from embodied_rl.runtime.device_lock import DeviceLock
+from embodied_rl.utils.atomic import write_text_atomic
 from embodied_rl.utils.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from embodied_rl.utils.metrics_log import MetricsLog
 from embodied_rl.utils.progress import TrainingProgress
@@ -122,6 +125,7 @@ class EmbodiedRunner:
         c = self.config
         start_steps, start_time = self.env_steps, time.perf_counter()
         while self.env_steps < c.total_env_steps:
+            scaled = self._apply_scale_request(workers, turns)
             t0 = time.perf_counter()
             episodes, sample_s, update_s, rounds = [], 0.0, 0.0, 0
             while True:  # sampling rounds until the algorithm has enough to update on
@@ -146,6 +150,7 @@ class EmbodiedRunner:
             self.iteration += 1
             metrics.update(episode_metrics(episodes, "train"))
             metrics.update(workers.faults)
+            metrics.update(scaled)
             timings = turns.pop_timings()
             metrics.update(timings)
             metrics.update({"time/sample_s": sample_s, "time/update_wall_s": update_s,
@@ -157,6 +162,31 @@ class EmbodiedRunner:
                             "train/iteration": self.iteration, "time/elapsed_s": t3 - start_time})
             self._after_iteration(workers, turns, log, metrics, self.env_steps >= c.total_env_steps)
             progress.update(self.env_steps, self.last_eval.get("eval/success_once"))
+
+    def _apply_scale_request(self, workers, turns: PhaseTurns) -> dict:
+        """Carry out a pending ``embodied-rl scale`` request between iterations (nothing is in flight, so no
+        step is lost or counted twice); returns its ``scale/...`` metrics, or {} when there is none."""
+        try:
+            request = take_scale_request(self.run_dir)
+        except ConfigError as error:
+            print(f"warning: scale request ignored: {error}", file=sys.stderr, flush=True)
+            return {}
+        if request is None:
+            return {}
+        before = (len(workers.env), len(workers.rollout))
+        try:
+            with turns.sampling("scale"):
+                metrics = workers.resize(request.get("env"), request.get("rollout"))
+        except ScaleError as error:
+            print(f"warning: scale request ignored: {error}", file=sys.stderr, flush=True)
+            return {}
+        self.config.env.num_workers, self.config.rollout.num_workers = len(workers.env), len(workers.rollout)
+        if (self.run_dir / "config.yaml").is_file():  # --resume reads it: continue at the new sizes
+            write_text_atomic(self.run_dir / "config.yaml", to_yaml(self.config))
+        metrics["scale/request_to_resized_s"] = max(time.time() - request["requested_at"], 0.0)
+        print(f"scaled: env workers {before[0]} -> {len(workers.env)}, rollout workers {before[1]} -> "
+              f"{len(workers.rollout)} in {metrics['scale/resize_s']:.1f} s", file=sys.stderr, flush=True)
+        return metrics
 
     def _sft_loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
         a = self.config.algorithm

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 from dataclasses import dataclass, field
 
 import ray
@@ -78,6 +80,19 @@ REPLACEMENT_SEED_STRIDE = 1_000_003
 """A replacement env worker's seed moves by this much per incarnation: its episodes start from fresh states."""
 
 
+def _new_worker_cpus(current: int, wanted: int) -> float | None:
+    """CPUs that each worker added to a group declares to Ray: a share of what Ray has left, so that a worker
+    added to a full cluster still starts (placement pins processes to cores; Ray's CPUs are bookkeeping here)."""
+    if wanted <= current:
+        return None
+    share = float(ray.available_resources().get("CPU", 0.0)) / (wanted - current)
+    return min(share, 1.0) if share >= 0.01 else 0.0  # Ray never schedules beyond its CPUs; zero always fits
+
+
+class ScaleError(ValueError):
+    """A resize request that cannot be carried out (e.g. it would split GRPO groups)."""
+
+
 class WorkerLostError(RuntimeError):
     """A worker died more often than ``MAX_WORKER_RESTARTS``; the run stops."""
 
@@ -100,6 +115,7 @@ class EmbodiedWorkers:
     restarts: dict = field(default_factory=dict)  # (group, rank) -> replacements so far
     broadcast_generation: int = 0  # the weight collective is re-formed after a rollout worker is replaced
     broadcast_formed: bool = False
+    scale_generation: int = 0  # resizes of the env group so far (each gives every env worker fresh seeds)
     installed_weights: object = None  # reference to the (weights, version) last installed by ``install_weights``
 
     def sample(self, num_steps: int) -> list[dict]:
@@ -213,19 +229,56 @@ class EmbodiedWorkers:
                 except ChannelTimeout:
                     pass  # that env worker died too; its own replacement handles it
 
+    def resize(self, env_workers: int | None = None, rollout_workers: int | None = None) -> dict:
+        """Between sampling rounds (nothing in flight): grow or shrink the env and rollout groups; returns
+        ``scale/...`` metrics. New env workers and the ones kept all take fresh seed streams, disjoint across the
+        new set; GRPO groups stay whole (the new env total must be a multiple of the group size) and every member
+        continues the groups' sequence of shared states. New rollout workers get the actor's weights."""
+        start = time.perf_counter()
+        if env_workers is not None and env_workers != len(self.env):
+            per_worker = int(self.env.worker_kwargs["envs_per_worker"])
+            total = env_workers * per_worker
+            group_size = self.env.worker_kwargs.get("group_size")
+            if group_size and total % group_size:
+                raise ScaleError(f"env={env_workers}: {total} envs do not form whole groups of "
+                                 f"group_size={group_size}; allowed: a multiple of "
+                                 f"{group_size // math.gcd(group_size, per_worker)} env workers")
+            progress = ray.get(self.env.workers[0].group_progress.remote()) if group_size else None
+            self.scale_generation += 1
+            seed = int(self.env.worker_kwargs["seed"]) + REPLACEMENT_SEED_STRIDE * (MAX_WORKER_RESTARTS + 1) \
+                * self.scale_generation
+            for rank in range(env_workers, len(self.env)):
+                self.restarts.pop(("env", rank), None)
+            self.env.resize(env_workers, _new_worker_cpus(len(self.env), env_workers), seed=seed, total_envs=total)
+            ray.get(self.env.call("relayout", seed, total))
+            if progress is not None:
+                ray.get(self.env.call("set_group_progress", progress))
+        if rollout_workers is not None and rollout_workers != len(self.rollout):
+            for rank in range(rollout_workers, len(self.rollout)):
+                self.restarts.pop(("rollout", rank), None)
+            added = self.rollout.resize(rollout_workers, _new_worker_cpus(len(self.rollout), rollout_workers))
+            if added:
+                source = self.actor.workers[0].get_weights.remote(False) if self.actor else self.installed_weights
+                ray.get([self.rollout.workers[rank].load_weights.remote(source) for rank in added])
+            if self.broadcast_formed:
+                self._reform_weight_broadcast(len(added) > 0)
+        return {"scale/env_workers": len(self.env), "scale/rollout_workers": len(self.rollout),
+                "scale/resize_s": time.perf_counter() - start}
+
     def stop_serving(self, serving: list) -> None:
         self.channel.refresh()  # a replaced rollout worker's old inbox may still be cached
         self.channel.put_to_every_reader(StopServing(), REQUESTS_KEY)  # by load, two could reach one worker
         self.last_serving = ray.get(serving)
 
-    def _reform_weight_broadcast(self) -> None:
-        from embodied_rl.runtime.collective import dissolve_collective
-
-        members = [self.actor.workers[0], *self.rollout.workers]
-        dissolve_collective(self.weights_collective, members)
+    def _reform_weight_broadcast(self, new_members: bool = True) -> None:
+        """A new collective for the actor and the current rollout workers (members that left or died are in the
+        old one, which every survivor leaves)."""
+        survivors = [self.actor.workers[0], *self.rollout.workers]
+        ray.get([worker.leave_collective.remote(self.weights_collective) for worker in survivors])
         self.broadcast_generation += 1
         self.form_weight_broadcast()
-        self.weights_synced = False  # the new member holds no frozen weights yet
+        if new_members:
+            self.weights_synced = False  # a new member holds no frozen weights yet
 
     def shutdown(self) -> None:
         for group in (self.env, self.rollout, self.actor):

@@ -91,6 +91,10 @@ def visible_devices(gpu_slots: tuple[int, ...], node_visible: str | None) -> str
     return ",".join(node_devices[slot] for slot in gpu_slots)
 
 
+START_TIMEOUT_S = 300.0
+"""How long a replacement or added worker may take to construct (a simulator or a model to build)."""
+
+
 class WorkerGroup:
     """``num_workers`` Ray actors of ``worker_class``, ranks 0..n-1, each with ``cpus_per_worker`` CPU slots.
 
@@ -128,8 +132,37 @@ class WorkerGroup:
         arguments updated by ``overrides``; returns it once constructed."""
         ray.kill(self.workers[rank], no_restart=True)
         self.workers[rank] = self._start(rank, **overrides)
-        ray.get(self.workers[rank].ping.remote())
+        self._wait_started([rank])
         return self.workers[rank]
+
+    def resize(self, num_workers: int, cpus_per_new_worker: float | None = None, **overrides: Any) -> list[int]:
+        """Grow to ``num_workers`` (new ranks built with the group's keyword arguments updated by ``overrides``,
+        each declaring ``cpus_per_new_worker`` CPUs to Ray) or shrink by killing the highest ranks; returns the
+        new ranks once constructed."""
+        if num_workers < 1:
+            raise ValueError(f"worker group {self.name!r} needs at least one worker, got {num_workers}")
+        leaving = self.workers[num_workers:]
+        if leaving and hasattr(self.worker_class, "leave"):
+            ray.get([worker.leave.remote() for worker in leaving])  # e.g. stop being a reader of its channel keys
+        for worker in leaving:
+            ray.kill(worker, no_restart=True)
+        del self.workers[num_workers:]
+        self.world_size = num_workers
+        self.worker_kwargs.update(overrides)
+        if cpus_per_new_worker is not None:
+            self.cpus_per_worker = cpus_per_new_worker
+        added = list(range(len(self.workers), num_workers))
+        self.workers.extend(self._start(rank) for rank in added)
+        self._wait_started(added)
+        return added
+
+    def _wait_started(self, ranks: list[int]) -> None:
+        """Wait for new ranks to finish constructing; a rank Ray cannot place fails after ``START_TIMEOUT_S``."""
+        try:
+            ray.get([self.workers[rank].ping.remote() for rank in ranks], timeout=START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            raise RuntimeError(f"new {self.name} workers {ranks} did not start within {START_TIMEOUT_S:.0f} s "
+                               f"(Ray could not place them: {ray.available_resources()} available)") from None
 
     def __len__(self) -> int:
         return len(self.workers)

@@ -50,6 +50,7 @@ class EnvWorker(Worker):
         # g // group_size; every episode of a group starts from one shared initial state.
         self.group_size = group_size
         self.num_groups = total_envs // group_size if group_size else 0
+        self.stage_offsets = [int(o) for o in offsets]
         self.stage_envs = [first - seed + int(o) + np.arange(n) for n, o in zip(sizes, offsets)]
         self.seed = seed
         self.group_episodes = [0] * len(self.stages)  # grouped episodes each stage has started
@@ -59,6 +60,11 @@ class EnvWorker(Worker):
         self.resent = 0  # requests sent again after a rollout worker died
         for stage in range(len(self.stages)):
             self.channel.subscribe(responses_key(self.rank, stage, incarnation))
+
+    def leave(self) -> None:
+        """Before this worker is removed (the run scales down): stop reading its answer keys."""
+        for stage in range(len(self.stages)):
+            self.channel.unsubscribe(responses_key(self.rank, stage, self.incarnation))
 
     def observation_shape(self):
         obs = self.stage_obs[0]
@@ -103,6 +109,21 @@ class EnvWorker(Worker):
         groups = self.stage_envs[stage] // self.group_size
         return [int(self.seed + self.group_episodes[stage] * self.num_groups + g) for g in groups]
 
+    def relayout(self, seed: int, total_envs: int) -> None:
+        """The run's env workers were resized to ``total_envs`` envs in all: from their next episodes on, this
+        worker's envs take the seed streams of a worker built with ``seed`` and ``total_envs`` (fresh states, and
+        disjoint across the resized set); grouped resets count groups of the new total."""
+        first = seed + self.rank * self.num_envs
+        for env, offset in zip(self.stages, self.stage_offsets):
+            env.reseed(first + offset, total_envs)
+        self.env_options["seed_stride"] = total_envs
+        self.seed = seed
+        self.num_groups = total_envs // self.group_size if self.group_size else 0
+        self.eval_seed = 10_000_000 + first
+        if self.eval_env is not None:  # built with the old seed stride
+            self.eval_env.close()
+            self.eval_env = None
+
     def group_progress(self) -> list[int]:
         """Grouped episodes each stage has started (a replacement of a worker continues from its partners')."""
         return list(self.group_episodes)
@@ -126,6 +147,7 @@ class EnvWorker(Worker):
         """
         if num_steps % self.action_chunk:
             raise ValueError(f"num_steps={num_steps} is not a multiple of the action chunk {self.action_chunk}")
+        self.channel.refresh()  # rollout workers may have joined or left since the last round
         T, stages = num_steps // self.action_chunk, range(len(self.stages))
         if self.group_size:
             self.stage_obs = [self._reset_group_stage(s) for s in stages]
@@ -169,6 +191,7 @@ class EnvWorker(Worker):
         if self.eval_env is None:
             options = dict(self.env_options, ignore_terminations=True)
             self.eval_env = sim_envs.make(self.task, self.num_envs, processes=False, seed=self.eval_seed, **options)
+        self.channel.refresh()  # rollout workers may have joined or left since the last round
         obs = self.eval_env.reset(seed=self.eval_seed)
         self.eval_seed += 7919 * self.num_envs
         finished: list[dict] = []
@@ -188,6 +211,7 @@ class EnvWorker(Worker):
         """Film ``num_episodes`` deterministic full-length episodes on a separate env that renders ``size`` px
         frames: ``{"frames": uint8 [T + 1, N, H, W, 3], "success": bool [T + 1, N]}`` (workers/video_episodes.py).
         The same initial states at every call (seeds fixed per rank): videos of one run compare across iterations."""
+        self.channel.refresh()
 
         def act(obs):
             self._request(0, obs, None, deterministic=True)

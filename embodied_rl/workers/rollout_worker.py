@@ -42,6 +42,10 @@ class RolloutWorker(Worker):
         self.answers_dropped = 0  # answers to env workers that died after asking
         self.offloader = Offloader([self.policy])
 
+    def leave(self) -> None:
+        """Before this worker is removed (the run scales down): no env worker sends it requests any more."""
+        self.channel.unsubscribe(REQUESTS_KEY)
+
     def offload(self) -> MoveReport:
         """Move the weights to host memory (a no-op for memory on CPU)."""
         return self.offloader.offload()

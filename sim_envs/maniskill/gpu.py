@@ -38,6 +38,10 @@ class GpuManiSkillEnvs:
         self.tracker.reset_all()
         return _numpy(obs)
 
+    def reseed(self, seed: int, stride: int | None = None) -> None:
+        """The seed of the next explicit ``reset`` (autoresets draw from ManiSkill's per-env generators)."""
+        self.options.seed = seed
+
     def step(self, actions: np.ndarray, observe: bool = True) -> StepBatch:  # renders every step (batched)
         import torch
 

@@ -34,6 +34,12 @@ class InProcessManiSkillEnvs:
         self.tracker.reset_all()
         return _stack_rows(obs)
 
+    def reseed(self, seed: int, stride: int | None = None) -> None:
+        """From their next episode on, env i takes seeds ``seed + i + k * stride`` (default stride: num_envs);
+        the episodes running now go on."""
+        self.seed_stride = stride or self.num_envs
+        self._episode_seeds = [seed + i for i in range(self.num_envs)]
+
     def _advance_seeds(self) -> None:
         # Later episodes of env i continue a seed stream disjoint from the other envs' (and, with seed_stride set
         # to the total env count, from other workers' envs).
