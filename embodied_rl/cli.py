@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     render_bench.add_argument("--decisions", type=int, default=6, help="chunks per measurement")
     render_bench.add_argument("--repeats", type=int, default=3, help="alternating measurements of each variant")
     render_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    elastic_bench = benches.add_parser("elastic", help="a live training loop resized: throughput before and after "
+                                       "adding (then removing) an env and a rollout worker, resize latency, "
+                                       "transitions lost and duplicated")
+    _add_loop_arguments(elastic_bench, env_workers=1, envs_per_worker=4, steps=50)
+    elastic_bench.set_defaults(task="maniskill_pushcube")
+    elastic_bench.add_argument("--rounds", type=int, default=3, help="training iterations per phase")
     channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
     channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")
@@ -139,6 +145,11 @@ def dispatch(args) -> int:
         from embodied_rl.bench.render_bench import run_render_bench
 
         return run_render_bench(args.task, args.chunk, args.image_size, args.decisions, args.repeats, args.json)
+    if args.command == "bench" and args.bench == "elastic":
+        from embodied_rl.bench.elastic_bench import run_elastic_bench
+
+        return run_elastic_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.rounds,
+                                 args.json)
     if args.command == "bench" and args.bench == "channel":
         from embodied_rl.bench.channel_bench import run_channel_bench
 

@@ -105,6 +105,7 @@ class ActorWorker(Worker):
         batch["obs"] = self._tensor(concat_obs([c.obs for c in chunks], axis=1))
         batch["next_value"] = self._tensor(np.concatenate([c.next_value for c in chunks]))
         selected, metrics = self.algorithm.select(batch)
+        metrics["train/transitions"] = int(batch["rewards"].numel())  # decisions taken from the channel [T x B]
         self.pending.append(selected)
         if not self.algorithm.enough(self.pending, len(self.pending)):
             metrics.update({"train/needs_more": 1, "time/update_s": time.perf_counter() - start})

@@ -58,8 +58,14 @@ class EnvWorker(Worker):
         self.last_requests: list[PolicyRequest | None] = [None] * len(self.stages)
         self.sequence = 0
         self.resent = 0  # requests sent again after a rollout worker died
+        self.steps_simulated = 0  # training steps (``interact``) of all envs of this worker
+        self.first_step_at: float | None = None  # wall-clock time (time.time) of its first simulator step
         for stage in range(len(self.stages)):
             self.channel.subscribe(responses_key(self.rank, stage, incarnation))
+
+    def counters(self) -> dict:
+        """``steps_simulated`` (env steps of training rounds), ``first_step_at`` (time.time of the first)."""
+        return {"steps_simulated": self.steps_simulated, "first_step_at": self.first_step_at}
 
     def leave(self) -> None:
         """Before this worker is removed (the run scales down): stop reading its answer keys."""
@@ -169,8 +175,11 @@ class EnvWorker(Worker):
                     continue
                 buffers[s].record_policy(t, self.stage_obs[s], response)
                 start = time.perf_counter()
+                if self.first_step_at is None:
+                    self.first_step_at = time.time()
                 batch, finished = step_decision(self.stages[s], response.actions)
                 self.seconds["simulating_s"] += time.perf_counter() - start
+                self.steps_simulated += len(response.actions) * self.action_chunk
                 buffers[s].record_step(t, batch)
                 episodes.extend(stats for _, stats in finished)
                 ended = np.flatnonzero(batch.truncated | batch.terminated)

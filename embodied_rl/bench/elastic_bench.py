@@ -1,0 +1,121 @@
+"""``embodied-rl bench elastic``: a live training loop (sample, PPO update, weight sync) resized while it runs.
+
+Three phases of ``--rounds`` iterations each, measured in one run on one local cluster:
+
+* ``before``: the starting sizes (``--env-workers``, one rollout worker);
+* ``added``: one env worker and one rollout worker more (``EmbodiedWorkers.resize``);
+* ``removed``: back to the starting sizes.
+
+For each resize: seconds from the request to the new sizes (``resize_s``) and, when workers were added, to the new
+env worker's first simulator step (``request_to_first_step_s``). For each phase: training env steps/s of whole
+iterations. Over the run: transitions simulated (every env worker's own counter, read before it leaves), trained
+(what the actor's updates consumed), lost (simulated but not trained) and duplicated (trained twice, or left on the
+channel).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import ray
+
+from embodied_rl.config import ConfigError, load_train_config
+from embodied_rl.runtime import Cluster
+from embodied_rl.workers.messages import TRAJECTORIES_KEY
+
+SETTINGS = ["rollout.num_workers=1", "policy.hidden_sizes=[64,64]", "algorithm.name=ppo", "algorithm.update_epochs=1",
+            "algorithm.num_minibatches=2", "algorithm.target_kl=null"]
+
+
+class ElasticLoop:
+    """The trainer's synchronous iteration on ``workers``, counting what was simulated and what was trained."""
+
+    def __init__(self, workers, steps: int):
+        self.workers = workers
+        self.steps = steps
+        self.trained = 0
+        self.simulated_by_left_workers = 0
+
+    def iterations(self, rounds: int) -> float:
+        """Run ``rounds`` iterations; returns training env steps/s."""
+        start, steps = time.perf_counter(), 0
+        for _ in range(rounds):
+            self.workers.sample(self.steps)
+            metrics = ray.get(self.workers.actor.call("update", self.workers.trajectories_sent)[0])
+            self.trained += int(metrics["train/transitions"])
+            self.workers.install_weights(self.workers.publish_weights())
+            steps += self.workers.trajectories_sent * self.per_worker_steps()
+        return steps / (time.perf_counter() - start)
+
+    def per_worker_steps(self) -> int:
+        return self.steps * int(self.workers.env.worker_kwargs["envs_per_worker"])
+
+    def resize(self, env_workers: int, rollout_workers: int) -> dict:
+        leaving = self.workers.env.workers[env_workers:]
+        if leaving:
+            self.simulated_by_left_workers += sum(c["steps_simulated"] for c in
+                                                  ray.get([w.counters.remote() for w in leaving]))
+        old = len(self.workers.env)
+        requested = time.time()
+        metrics = self.workers.resize(env_workers, rollout_workers)
+        out = {"resize_s": metrics["scale/resize_s"]}
+        if env_workers > old:
+            self.workers.sample(self.steps)  # the new workers' first round (trained on like any other)
+            metrics = ray.get(self.workers.actor.call("update", self.workers.trajectories_sent)[0])
+            self.trained += int(metrics["train/transitions"])
+            first = ray.get(self.workers.env.workers[old].counters.remote())["first_step_at"]
+            out["request_to_first_step_s"] = first - requested
+        return out
+
+    def totals(self) -> dict:
+        simulated = self.simulated_by_left_workers + sum(
+            c["steps_simulated"] for c in ray.get(self.workers.env.call("counters")))
+        left_on_channel = ray.get(self.workers.actor.workers[0].__ray_call__.remote(
+            lambda actor: actor.channel.qsize(TRAJECTORIES_KEY)))
+        return {"transitions_simulated": simulated, "transitions_trained": self.trained,
+                "transitions_lost": max(simulated - self.trained, 0),
+                "transitions_duplicated": max(self.trained - simulated, 0) + left_on_channel}
+
+
+def run_elastic_bench(task: str, env_workers: int, envs_per_worker: int, steps: int, rounds: int,
+                      as_json: bool) -> int:
+    from embodied_rl.runners.setup import start_workers
+
+    for name, value in (("--env-workers", env_workers), ("--envs-per-worker", envs_per_worker),
+                        ("--steps", steps), ("--rounds", rounds)):
+        if value < 1:
+            raise ConfigError(f"{name}={value} is out of range; allowed: an integer >= 1")
+    config = load_train_config(task, None, [f"env.num_workers={env_workers}", f"env.envs_per_worker={envs_per_worker}",
+                                            f"rollout.steps_per_iteration={steps}", *SETTINGS])
+    with Cluster(config.cluster.address, config.cluster.num_cpus) as cluster:
+        workers = start_workers(config, cluster)
+        try:
+            loop = ElasticLoop(workers, steps)
+            workers.install_weights(workers.publish_weights())
+            result = {"task": task, "rounds_per_phase": rounds, "steps_per_env_per_round": steps,
+                      "sizes": {"before": [env_workers, 1], "added": [env_workers + 1, 2],
+                                "removed": [env_workers, 1]}}
+            result["before_steps_per_s"] = loop.iterations(rounds)
+            result["add"] = loop.resize(env_workers + 1, 2)
+            result["added_steps_per_s"] = loop.iterations(rounds)
+            result["remove"] = loop.resize(env_workers, 1)
+            result["removed_steps_per_s"] = loop.iterations(rounds)
+            result.update(loop.totals())
+        finally:
+            workers.shutdown()
+    result["added_vs_before"] = result["added_steps_per_s"] / result["before_steps_per_s"]
+    result["removed_vs_before"] = result["removed_steps_per_s"] / result["before_steps_per_s"]
+    if as_json:
+        print(json.dumps(result))
+        return 0
+    print(f"elastic bench on {task} (whole iterations: sample, PPO update, weight sync; {rounds} per phase)")
+    for phase in ("before", "added", "removed"):
+        env, rollout = result["sizes"][phase]
+        print(f"  {phase:8s} env={env} rollout={rollout}: {result[f'{phase}_steps_per_s']:8.1f} env steps/s")
+    print(f"  add: resized in {result['add']['resize_s']:.2f} s, request to the new env worker's first step "
+          f"{result['add']['request_to_first_step_s']:.2f} s; remove: {result['remove']['resize_s']:.2f} s")
+    print(f"  added/before {result['added_vs_before']:.2f}, removed/before {result['removed_vs_before']:.2f}")
+    print(f"  transitions: simulated {result['transitions_simulated']}, trained {result['transitions_trained']}, "
+          f"lost {result['transitions_lost']}, duplicated {result['transitions_duplicated']}")
+    return 0
