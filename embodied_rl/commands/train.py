@@ -51,8 +51,7 @@ def run_train(task: str | None, config_file: str | None, overrides: list[str], r
     check_task_starts(stages[0].config)
     directory.mkdir(parents=True, exist_ok=True)
     base.run_dir = str(directory)
-    if not resume:
-        write_text_atomic(directory / "config.yaml", to_yaml(base))
+    write_text_atomic(directory / "config.yaml", to_yaml(base))  # on --resume: with the overrides given now
     print(f"run directory: {directory}", flush=True)
     if not staged:
         summary = _run_one(stages[0].config, directory, resume)

@@ -89,7 +89,7 @@ class EmbodiedRunner:
             lock = DeviceLock.create(cluster.session_id)
             turns = PhaseTurns(workers, lock, offload=c.placement.offload == "auto", weight_sync=c.rollout.weight_sync)
             print(f"{workers.placement.describe()}; {turns.describe()}", file=sys.stderr, flush=True)
-            log = MetricsLog(self.run_dir)
+            log = MetricsLog(self.run_dir, self.env_steps if self.resume is not None else None)
             progress = (TrainingProgress(self.total_iterations(), f"{c.task} sft", unit="iterations")
                         if self.supervised else TrainingProgress(c.total_env_steps, c.task))
             try:

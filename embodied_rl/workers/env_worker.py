@@ -16,6 +16,11 @@ from embodied_rl.runtime import Worker
 from sim_envs.vector_env import obs_rows
 
 
+ANSWER_TIMEOUT_S = 600.0
+"""How long an env worker waits for the answer to one request before it fails (the driver then replaces it):
+far longer than any forward pass, so only a rollout side that hangs without dying reaches it."""
+
+
 class EnvWorker(Worker):
     """Steps ``envs_per_worker`` envs of ``task``; env i of rank r (global index g = r * k + i) starts from seed
     ``seed + g`` and its later episodes take ``seed + g + j * N`` (N = ``total_envs``): no two envs of the run
@@ -27,7 +32,8 @@ class EnvWorker(Worker):
 
     def __init__(self, task: str | sim_envs.TaskEntry, envs_per_worker: int, env_options: dict, channel,
                  seed: int = 0, pipeline_stages: int = 1, group_size: int | None = None, total_envs: int = 0,
-                 action_chunk: int = 1, incarnation: int = 0, **kwargs):
+                 action_chunk: int = 1, incarnation: int = 0, answer_timeout_s: float = ANSWER_TIMEOUT_S,
+                 **kwargs):
         super().__init__(**kwargs)
         if not 1 <= pipeline_stages <= envs_per_worker:
             raise ValueError(f"pipeline_stages={pipeline_stages} must be between 1 and envs_per_worker="
@@ -55,6 +61,7 @@ class EnvWorker(Worker):
         self.seed = seed
         self.group_episodes = [0] * len(self.stages)  # grouped episodes each stage has started
         self.incarnation = incarnation  # replacements of this rank so far (see responses_key)
+        self.answer_timeout_s = answer_timeout_s
         self.last_requests: list[PolicyRequest | None] = [None] * len(self.stages)
         self.sequence = 0
         self.resent = 0  # requests sent again after a rollout worker died
@@ -94,7 +101,7 @@ class EnvWorker(Worker):
         start = time.perf_counter()
         wanted = self.last_requests[stage]
         while True:
-            item = self.channel.get(responses_key(self.rank, stage, self.incarnation))
+            item = self.channel.get(responses_key(self.rank, stage, self.incarnation), timeout=self.answer_timeout_s)
             if isinstance(item, ResendRequest):
                 self.channel.refresh()  # the dead reader may still be cached
                 self.channel.put(wanted, REQUESTS_KEY)

@@ -36,6 +36,7 @@ def test_train_then_resume_then_eval(tmp_path):
     counters = json.loads((run_dir / "checkpoints" / "iter_000004" / "counters.json").read_text())
     assert counters["env_steps"] == 160
     assert not (run_dir / "checkpoints" / "iter_000002").exists()  # keep_last=2
+    assert "total_env_steps: 160" in (run_dir / "config.yaml").read_text()  # the resume's override is recorded
 
     evaluated = _run("eval", "--checkpoint", str(run_dir), "--episodes", "3", "--json")
     result = json.loads(evaluated.strip().splitlines()[-1])

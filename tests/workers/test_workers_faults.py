@@ -7,6 +7,7 @@ import threading
 import time
 
 import psutil
+import pytest
 import ray
 from tests_helpers import ray_worker_pids
 
@@ -78,5 +79,18 @@ def test_an_env_worker_killed_in_a_grouped_round_drops_the_round_and_its_replace
         assert workers.trajectories_sent == 2
         metrics = ray.get(workers.actor.call("update", workers.trajectories_sent)[0])
         assert "train/discarded_trajectories" not in metrics  # a whole group, taken by the algorithm
+    finally:
+        workers.shutdown()
+
+
+def test_an_env_worker_waiting_for_an_answer_that_never_comes_fails_naming_the_key(cluster):
+    config = load_train_config("maniskill_pushcube", None, [
+        "env.num_workers=1", "env.envs_per_worker=1", "rollout.steps_per_iteration=10", "algorithm.num_minibatches=1",
+        "policy.hidden_sizes=[16]"])
+    workers = start_workers(config, cluster, with_actor=False)
+    try:
+        worker = workers.env.replace(0, answer_timeout_s=1.0)  # nobody serves: no rollout worker is serving
+        with pytest.raises(ray.exceptions.RayTaskError, match="no item for key 'responses:0:0:0'"):
+            ray.get(worker.interact.remote(10), timeout=60)
     finally:
         workers.shutdown()
