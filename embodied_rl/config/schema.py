@@ -50,6 +50,11 @@ class RolloutConfig:
     """How new weights reach the rollout workers: 'broadcast' (a collective group of the actor and the rollout
     workers: NCCL between GPUs, gloo on CPU), 'object_store' (through Ray's object store in host memory, between
     turns), or 'auto' (broadcast unless sampling and training share slots and take turns)."""
+    max_staleness: int = 0
+    """0: synchronous (sample, then update, then sync weights). 1: the next round is sampled while the actor
+    updates on the last one, with the weights from before that update, so each update trains on data one policy
+    version old (PPO's ratio against the stored behaviour log-probs corrects for it). Needs sampling and training
+    on their own slots (``placement.components``)."""
 
 
 @dataclass
@@ -192,7 +197,16 @@ def validate(config: TrainConfig) -> None:
     _require(c.rollout.weight_sync in ("auto", "broadcast", "object_store"), "rollout.weight_sync",
              c.rollout.weight_sync, "auto, broadcast, object_store")
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
-    resolve_placement(c)
+    placement = resolve_placement(c)
+    _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness,
+             "0 (synchronous) or 1 (sampling overlaps the update)")
+    if c.rollout.max_staleness:
+        sampling = set(placement.slots["env"]) | set(placement.slots["rollout"])
+        if sampling & set(placement.slots["actor"]):
+            raise ConfigError(f"rollout.max_staleness={c.rollout.max_staleness} needs sampling and training on "
+                              f"their own slots, but the placement gives env/rollout slots {sorted(sampling)} and "
+                              f"the actor {sorted(placement.slots['actor'])}; allowed: placement.components with "
+                              f"disjoint slots, e.g. {{'env,rollout': '0', 'actor': '1'}}")
     _validate_policy(c)
 
 

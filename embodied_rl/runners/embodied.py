@@ -107,6 +107,8 @@ class EmbodiedRunner:
                 try:
                     if self.supervised:
                         self._sft_loop(workers, turns, log, progress)
+                    elif c.rollout.max_staleness:
+                        self._overlapped_loop(workers, turns, log, progress)
                     else:
                         self._loop(workers, turns, log, progress)
                 except KeyboardInterrupt:  # Ctrl-C or SIGTERM (cluster.install_interrupt_handler)
@@ -162,6 +164,57 @@ class EmbodiedRunner:
                             "train/iteration": self.iteration, "time/elapsed_s": t3 - start_time})
             self._after_iteration(workers, turns, log, metrics, self.env_steps >= c.total_env_steps)
             progress.update(self.env_steps, self.last_eval.get("eval/success_once"))
+
+    def _overlapped_loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
+        """``rollout.max_staleness=1``: while the actor updates on round k, the env and rollout workers sample round
+        k + 1 (in a driver thread) with the weights from before that update; weights are synced once both are
+        done. Evaluations, checkpoints and resizes happen between iterations, with nothing in flight."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        c = self.config
+        start_steps, start_time = self.env_steps, time.perf_counter()
+        pool = ThreadPoolExecutor(1, thread_name_prefix="sampling")
+
+        def sample_round():
+            with turns.sampling("sample"):
+                started = time.time()
+                episodes = workers.sample(c.rollout.steps_per_iteration)
+                return episodes, started, time.time(), workers.trajectories_sent, workers.round_dropped
+
+        try:
+            current = sample_round()
+            self.env_steps += self.steps_per_iteration()
+            while True:
+                scaled = self._apply_scale_request(workers, turns)
+                t0 = time.perf_counter()
+                episodes, _, _, sent, dropped = current
+                with turns.training("update"):
+                    update = workers.actor.call("update", sent, self.env_steps / c.total_env_steps, dropped)[0]
+                    workers.faults["fault/rounds_dropped"] += int(dropped)
+                    more = self.env_steps < c.total_env_steps
+                    following = pool.submit(sample_round) if more else None
+                    metrics = ray.get(update)
+                    if following is not None:
+                        current = following.result()
+                        self.env_steps += self.steps_per_iteration()
+                        metrics.update({"time/sample_started_at": current[1], "time/sample_ended_at": current[2]})
+                    if not metrics["train/needs_more"]:
+                        turns.publish_weights()
+                t1 = time.perf_counter()
+                self.iteration += 1
+                metrics.update(episode_metrics(episodes, "train"))
+                metrics.update(workers.faults)
+                metrics.update(scaled)
+                metrics.update(turns.pop_timings())
+                metrics.update({"time/iteration_s": t1 - t0, "train/iteration": self.iteration,
+                                "time/steps_per_s": (self.env_steps - start_steps) / (t1 - start_time),
+                                "time/elapsed_s": t1 - start_time})
+                self._after_iteration(workers, turns, log, metrics, not more)
+                progress.update(self.env_steps, self.last_eval.get("eval/success_once"))
+                if not more:
+                    break
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _apply_scale_request(self, workers, turns: PhaseTurns) -> dict:
         """Carry out a pending ``embodied-rl scale`` request between iterations (nothing is in flight, so no

@@ -90,7 +90,7 @@ class ActorWorker(Worker):
         run; returns metrics. ``discard``: drop them instead (a sampling round that lost part of a group) and ask
         for more."""
         self._require_onloaded("update")
-        start = time.perf_counter()
+        start, started_at = time.perf_counter(), time.time()
         chunks: list[Trajectory] = []
         while len(chunks) < num_trajectories:
             chunks.extend(self.channel.get_batch(TRAJECTORIES_KEY, num_trajectories - len(chunks),
@@ -120,7 +120,8 @@ class ActorWorker(Worker):
         self.policy_version += 1
         metrics.update({"train/needs_more": 0, "train/policy_version": self.policy_version,
                         "train/learning_rate": self.optimizer.param_groups[0]["lr"],
-                        "train/policy_staleness": staleness, "time/update_s": time.perf_counter() - start})
+                        "train/policy_staleness": staleness, "time/update_s": time.perf_counter() - start,
+                        "time/update_started_at": started_at, "time/update_ended_at": time.time()})
         return metrics
 
     def _tensor(self, value):
