@@ -50,3 +50,22 @@ def test_on_a_gpu_machine_the_worker_gets_exactly_one_device(cluster):
         assert ray.get(group.call("cuda_devices")) == [1]
     finally:
         group.kill()
+
+
+class ThreadReporter(Worker):
+    def threads(self):
+        import torch
+
+        return torch.get_num_threads()
+
+
+def test_a_worker_pinned_to_one_core_runs_one_torch_thread(cluster):
+    # Two intra-op threads spinning on one pinned core made the actor's updates about 100x slower.
+    group = WorkerGroup(ThreadReporter, "threads", 1, cpus_per_worker=0.1, cpu_slots=(0,), torch_threads=2)
+    unpinned = WorkerGroup(ThreadReporter, "threads-free", 1, cpus_per_worker=0.1, torch_threads=2)
+    try:
+        assert ray.get(group.call("threads")) == [1]
+        assert ray.get(unpinned.call("threads")) == [2]
+    finally:
+        group.kill()
+        unpinned.kill()
