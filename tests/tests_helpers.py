@@ -66,3 +66,15 @@ def ray_worker_pids(class_name: str) -> list[int]:
         if title.startswith(f"ray::{class_name}"):
             pids.append(child.pid)
     return pids
+
+
+def act_during_run(run_dir: Path, plan: list[tuple[int, object]], act, deadline_s: float = 300) -> None:
+    """For each ``(iterations, what)`` of ``plan``: once the run in ``run_dir`` has logged that many iterations
+    (rows of ``metrics.jsonl``), call ``act(what)`` (run from a thread beside the run)."""
+    start = time.monotonic()
+    path = Path(run_dir) / "metrics.jsonl"
+    for after, what in plan:
+        while (len(path.read_text().splitlines()) if path.exists() else 0) < after \
+                and time.monotonic() - start < deadline_s:
+            time.sleep(0.05)
+        act(what)

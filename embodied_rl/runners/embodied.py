@@ -142,7 +142,6 @@ class EmbodiedRunner:
                     progress_done = self.env_steps / c.total_env_steps
                     metrics = ray.get(workers.actor.call("update", workers.trajectories_sent, progress_done,
                                                          workers.round_dropped)[0])
-                    workers.faults["fault/rounds_dropped"] += int(workers.round_dropped)
                     update_s += time.perf_counter() - t_update
                     if not metrics["train/needs_more"]:
                         turns.publish_weights()
@@ -190,7 +189,6 @@ class EmbodiedRunner:
                 episodes, _, _, sent, dropped = current
                 with turns.training("update"):
                     update = workers.actor.call("update", sent, self.env_steps / c.total_env_steps, dropped)[0]
-                    workers.faults["fault/rounds_dropped"] += int(dropped)
                     more = self.env_steps < c.total_env_steps
                     following = pool.submit(sample_round) if more else None
                     metrics = ray.get(update)

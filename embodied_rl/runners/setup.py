@@ -12,9 +12,9 @@ import ray
 import sim_envs
 from embodied_rl.config.schema import TrainConfig, resolve_placement, slots_are_gpus
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
+from embodied_rl.runtime.channel import ChannelTimeout
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.env_worker import EnvWorker
-from embodied_rl.runtime.channel import ChannelTimeout
 from embodied_rl.workers.messages import REQUESTS_KEY, ResendRequest, StopServing, responses_key
 from embodied_rl.workers.rollout_worker import RolloutWorker
 
@@ -128,6 +128,7 @@ class EmbodiedWorkers:
         self.trajectories_sent = len(self.env) - len(lost)
         self.round_dropped = bool(lost) and self.grouped
         self.faults["fault/trajectories_lost"] += len(lost)
+        self.faults["fault/rounds_dropped"] += int(self.round_dropped)
         return episodes
 
     def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[dict]:
@@ -215,9 +216,13 @@ class EmbodiedWorkers:
             raise WorkerLostError(f"rollout worker {rank} died and there are no weights to give a replacement: "
                                   f"{_one_line(error)}")
         worker = self.rollout.replace(rank)
-        source = self.actor.workers[0].get_weights.remote(False) if self.actor else self.installed_weights
-        ray.get(worker.load_weights.remote(source))
+        ray.get(worker.load_weights.remote(self._full_weights()))
         self.faults["fault/rollout_workers_replaced"] += 1
+
+    def _full_weights(self):
+        """Reference to ``(weights, version)`` for a new rollout worker: the actor's, frozen ones included (without
+        an actor, as in ``embodied-rl eval``: the weights last installed)."""
+        return self.actor.workers[0].get_weights.remote(False) if self.actor else self.installed_weights
 
     def _ask_env_workers_to_resend(self, ranks: list[int]) -> None:
         """A dead rollout worker took requests with it: each env worker still running resends its latest."""
@@ -258,7 +263,7 @@ class EmbodiedWorkers:
                 self.restarts.pop(("rollout", rank), None)
             added = self.rollout.resize(rollout_workers, _new_worker_cpus(len(self.rollout), rollout_workers))
             if added:
-                source = self.actor.workers[0].get_weights.remote(False) if self.actor else self.installed_weights
+                source = self._full_weights()
                 ray.get([self.rollout.workers[rank].load_weights.remote(source) for rank in added])
             if self.broadcast_formed:
                 self._reform_weight_broadcast(len(added) > 0)

@@ -3,11 +3,9 @@ iteration trains on all its workers' steps, none lost and none counted twice."""
 
 import json
 import threading
-import time
-from pathlib import Path
 
 import pytest
-from tests_helpers import ray_worker_pids
+from tests_helpers import act_during_run, ray_worker_pids
 
 from embodied_rl.config import ConfigError, load_train_config
 from embodied_rl.config.loader import to_yaml
@@ -21,26 +19,16 @@ CONFIG = ["env.num_workers=1", "env.envs_per_worker=2", f"env.max_episode_steps=
           "policy.hidden_sizes=[16]", "algorithm.num_minibatches=2", "algorithm.update_epochs=1"]
 
 
-def logged(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def scale_during_run(run_dir: Path, plan: list[tuple[int, dict]], seen: list, deadline_s: float = 300) -> None:
-    start = time.monotonic()
-    for after, sizes in plan:
-        while logged(run_dir) < after and time.monotonic() - start < deadline_s:
-            time.sleep(0.05)
-        request_scale(run_dir, **sizes)
-        seen.append(len(ray_worker_pids("EnvWorker")))
-
-
 def test_workers_added_and_removed_during_a_run_train_on_every_step_once(cluster, tmp_path):
     config = load_train_config("maniskill_pushcube", None, CONFIG)
     (tmp_path / "config.yaml").write_text(to_yaml(config))  # as `embodied-rl train` writes it
     seen: list = []
-    thread = threading.Thread(target=scale_during_run, daemon=True, args=(
-        tmp_path, [(2, {"env": 3, "rollout": 2}), (5, {"env": 2, "rollout": 1})], seen))
+    def scale(sizes: dict) -> None:
+        request_scale(tmp_path, **sizes)
+        seen.append(len(ray_worker_pids("EnvWorker")))
+
+    thread = threading.Thread(target=act_during_run, daemon=True, args=(
+        tmp_path, [(2, {"env": 3, "rollout": 2}), (5, {"env": 2, "rollout": 1})], scale))
     thread.start()
     EmbodiedRunner(config, tmp_path).run()
     thread.join(timeout=5)

@@ -7,11 +7,9 @@ import os
 import random
 import signal
 import threading
-import time
-from pathlib import Path
 
 import pytest
-from tests_helpers import ray_worker_pids
+from tests_helpers import act_during_run, ray_worker_pids
 
 from embodied_rl.config import load_train_config
 from embodied_rl.runners.embodied import EmbodiedRunner
@@ -23,29 +21,20 @@ CONFIG = ["env.num_workers=2", "env.envs_per_worker=2", "env.max_episode_steps=1
           "algorithm.num_minibatches=2", "algorithm.update_epochs=1"]
 
 
-def logged_iterations(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def kill_during_run(run_dir: Path, plan: list[tuple[int, str]], killed: list, deadline_s: float = 300) -> None:
-    """For each (iterations logged, worker class): once the run has logged that many, SIGKILL one such worker."""
-    start = time.monotonic()
-    for after, class_name in plan:
-        while logged_iterations(run_dir) < after and time.monotonic() - start < deadline_s:
-            time.sleep(0.05)
-        pids = ray_worker_pids(class_name)
-        if pids:
-            victim = random.choice(pids)
-            os.kill(victim, signal.SIGKILL)
-            killed.append((class_name, victim))
+def kill_one(class_name: str, killed: list) -> None:
+    """SIGKILL one running worker of ``class_name``, as ``kill -9`` would."""
+    pids = ray_worker_pids(class_name)
+    if pids:
+        victim = random.choice(pids)
+        os.kill(victim, signal.SIGKILL)
+        killed.append((class_name, victim))
 
 
 def test_a_run_survives_sigkill_of_an_env_worker_and_a_rollout_worker(cluster, tmp_path):
     config = load_train_config("maniskill_pushcube", None, CONFIG)
     killed: list = []
-    killer = threading.Thread(target=kill_during_run, daemon=True,
-                              args=(tmp_path, [(2, "EnvWorker"), (4, "RolloutWorker")], killed))
+    killer = threading.Thread(target=act_during_run, daemon=True, args=(
+        tmp_path, [(2, "EnvWorker"), (4, "RolloutWorker")], lambda name: kill_one(name, killed)))
     killer.start()
     EmbodiedRunner(config, tmp_path).run()
     killer.join(timeout=5)

@@ -70,6 +70,7 @@ def test_an_env_worker_killed_in_a_grouped_round_drops_the_round_and_its_replace
         _kill_during_sample(workers, "EnvWorker", pid, 200)
         assert workers.round_dropped and workers.trajectories_sent == 1
         assert workers.faults["fault/env_workers_replaced"] == 1 and workers.faults["fault/trajectories_lost"] == 1
+        assert workers.faults["fault/rounds_dropped"] == 1
         metrics = ray.get(workers.actor.call("update", workers.trajectories_sent, 0.0, True)[0])
         assert metrics["train/needs_more"] == 1 and metrics["train/discarded_trajectories"] == 1
         ids = ray.get(workers.env.call("group_state_ids", 0))
