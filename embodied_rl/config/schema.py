@@ -124,6 +124,11 @@ class TrainConfig:
     """A registered task (``embodied-rl tasks``); required."""
     seed: int = 0
     """Seed of envs, policy initialization and minibatch order."""
+    deterministic: bool = False
+    """Reproducible sampling: each env worker's request carries a seed of its own (from the run's seed, the worker,
+    the stage and the request's number) and is answered in a forward pass of its own, so the actions, and with them
+    the whole run on CPU, depend on the seed and the placement only, not on timing; a run resumed from a checkpoint
+    of the synchronous loop then continues bit for bit. Costs the batching of requests across env workers."""
     total_env_steps: int = 2_000_000
     """Stop after this many env steps."""
     runs_root: str = "runs"

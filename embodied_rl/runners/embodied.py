@@ -85,7 +85,11 @@ class EmbodiedRunner:
                 self.iteration = int(self.resume.counters.get("iteration", 0))
                 self.env_steps = int(self.resume.counters.get("env_steps", 0))
                 self.best_success = float(self.resume.counters.get("best_success_once", -1.0))
-            workers = start_workers(c, cluster, env_seed_offset=self.env_steps)
+            env_state = self._resumable_env_state()
+            # Saved env states continue where the run stopped; without them, fresh states (not the first episodes)
+            workers = start_workers(c, cluster, env_seed_offset=0 if env_state else self.env_steps)
+            if env_state:
+                ray.get([w.restore.remote(s) for w, s in zip(workers.env.workers, env_state)])
             lock = DeviceLock.create(cluster.session_id)
             turns = PhaseTurns(workers, lock, offload=c.placement.offload == "auto", weight_sync=c.rollout.weight_sync)
             print(f"{workers.placement.describe()}; {turns.describe()}", file=sys.stderr, flush=True)
@@ -122,6 +126,22 @@ class EmbodiedRunner:
                 log.close()
                 workers.shutdown()
         return self.last_eval
+
+    def _resumable_env_state(self) -> list | None:
+        """The resumed checkpoint's env worker snapshots, if they fit this run's env layout (a resume that changes
+        env.num_workers or env.envs_per_worker starts fresh episodes, with a note)."""
+        state = self.resume.env_state if self.resume is not None else None
+        if not state or any(s is None for s in state):
+            return None
+        e = self.config.env
+        layout = [s["layout"] for s in state]
+        if (len(state) != e.num_workers or any(l["envs"] != e.envs_per_worker or l["stages"] != e.pipeline_stages
+                                               for l in layout)):
+            print(f"note: the checkpoint's env states are of {len(state)} env workers x {layout[0]['envs']} envs; "
+                  f"this run has {e.num_workers} x {e.envs_per_worker}: its envs start fresh episodes",
+                  file=sys.stderr, flush=True)
+            return None
+        return state
 
     def _loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
         c = self.config
@@ -303,8 +323,12 @@ class EmbodiedRunner:
         counters = {"iteration": self.iteration, "env_steps": self.env_steps, "policy_spec": workers.policy_spec,
                     "task": self.config.task, "best_success_once": self.best_success,
                     "eval": {k: v for k, v in self.last_eval.items() if k.startswith("eval/")}}
+        env_state = None
         if interrupted:
-            counters["interrupted"] = True
+            counters["interrupted"] = True  # env workers may be mid-round: their states are not saved
+        elif not self.supervised:
+            env_state = ray.get(workers.env.call("snapshot"), timeout=timeout)
         return save_checkpoint(directory or self.run_dir / "checkpoints", self.iteration, state["weights"],
                                state["trainer_state"], counters, to_yaml(self.config),
-                               keep_last or self.config.checkpoint.keep_last)
+                               keep_last or self.config.checkpoint.keep_last,
+                               env_state if env_state and all(s is not None for s in env_state) else None)

@@ -350,7 +350,8 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     """Env, rollout and (optionally) actor groups sharing one channel; ``cluster_share`` of the cluster's CPU
     slots is split evenly among them (several worker sets alive at once, as in benchmarks, take a share each).
 
-    ``env_seed_offset`` moves the envs to fresh initial states (a resumed run must not replay the first episodes).
+    ``env_seed_offset`` moves the envs to fresh initial states (a resumed run without saved env states must not
+    replay the first episodes).
     """
     # The task's registry entry, not its name: a task registered only in this process (even in __main__) reaches
     # the env workers, which never ran its decorator (Ray pickles the entry, a __main__ factory by value).
@@ -368,7 +369,7 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
                       pipeline_stages=config.env.pipeline_stages, cpu_slots=cores("env"), gpu_slots=gpus("env"),
                       group_size=config.algorithm.group_size if grouped(config) else None,
                       total_envs=config.env.num_workers * config.env.envs_per_worker,
-                      action_chunk=action_chunk(config),
+                      action_chunk=action_chunk(config), seeded_sampling=config.deterministic,
                       node_ids=node_ids_for(config, "env"))
     obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
                                        env.workers[0].action_shape.remote()])

@@ -28,6 +28,8 @@ WEIGHTS_FILE = "model.safetensors"
 TRAINER_STATE_FILE = "trainer_state.pt"
 COUNTERS_FILE = "counters.json"
 CONFIG_FILE = "config.yaml"
+ENV_STATE_FILE = "env_state.json"
+"""Each env worker's ``EnvWorker.snapshot`` (episodes so far, seed streams): a resumed run continues them."""
 
 
 @dataclass
@@ -37,10 +39,11 @@ class Checkpoint:
     trainer_state: bytes | None
     counters: dict
     config_yaml: str
+    env_state: list | None = None
 
 
 def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, trainer_state: bytes,
-                    counters: dict, config_yaml: str, keep_last: int) -> Path:
+                    counters: dict, config_yaml: str, keep_last: int, env_state: list | None = None) -> Path:
     checkpoints_dir = Path(checkpoints_dir)
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=checkpoints_dir, prefix=".staging-"))
@@ -50,6 +53,8 @@ def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, traine
         (staging / TRAINER_STATE_FILE).write_bytes(trainer_state)
         (staging / COUNTERS_FILE).write_text(json.dumps(counters, indent=2))
         (staging / CONFIG_FILE).write_text(config_yaml)
+        if env_state is not None:
+            (staging / ENV_STATE_FILE).write_text(json.dumps(env_state))
         final = checkpoints_dir / f"iter_{iteration:06d}"
         publish_directory(staging, final)
     except BaseException:
@@ -112,12 +117,14 @@ def _read(directory: Path) -> Checkpoint:
             _check_archive(trainer_state)  # a truncated or altered file fails here, not mid-resume
         counters_file = directory / COUNTERS_FILE
         counters = json.loads(counters_file.read_text()) if counters_file.is_file() else {}
+        env_file = directory / ENV_STATE_FILE
+        env_state = json.loads(env_file.read_text()) if env_file.is_file() else None
     except Exception as error:  # safetensors, torch and json each raise their own kinds
         raise CheckpointError(f"checkpoint {directory} cannot be read: {type(error).__name__}: "
                               f"{str(error).splitlines()[0] if str(error) else ''}") from error
     config_file = directory / CONFIG_FILE
     return Checkpoint(directory, weights, trainer_state, counters,
-                      config_file.read_text() if config_file.is_file() else "")
+                      config_file.read_text() if config_file.is_file() else "", env_state)
 
 
 def load_checkpoint(path: Path) -> Checkpoint:

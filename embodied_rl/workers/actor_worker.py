@@ -222,11 +222,15 @@ class ActorWorker(Worker):
 
     # --- checkpointing --------------------------------------------------------------------------------------
     def training_state(self) -> dict:
-        """Everything needed to resume: weights, optimizer, RNG states, version."""
+        """Everything needed to resume: weights, optimizer, RNG states, version, the algorithm's counters and the
+        frozen reference policy of a KL term (the policy as the run started, not as it resumes)."""
         buffer = io.BytesIO()
-        torch.save({"optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version,
-                    "supervised_steps": self.supervised_steps}, buffer)
+        state = {"optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                 "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version,
+                 "supervised_steps": self.supervised_steps, "algorithm": self.algorithm.state_dict()}
+        if self.reference is not None:
+            state["reference"] = {k: v.detach().cpu() for k, v in self.reference.state_dict().items()}
+        torch.save(state, buffer)
         weights, _ = self.get_weights()
         return {"weights": weights, "trainer_state": buffer.getvalue()}
 
@@ -242,4 +246,8 @@ class ActorWorker(Worker):
             self.generator.set_state(state["shuffle_rng"])
             self.policy_version = state["policy_version"]
             self.supervised_steps = state.get("supervised_steps", 0)
+            self.algorithm.load_state_dict(state.get("algorithm", {}))
+            if "reference" in state:
+                self.reference = copy.deepcopy(self.policy).eval()
+                self.reference.load_state_dict(state["reference"])
         return self.policy_version

@@ -28,12 +28,15 @@ class EnvWorker(Worker):
 
     With ``pipeline_stages`` S > 1 the envs form S groups: while a rollout worker computes actions for one
     group, this worker steps the next, so simulation and inference overlap.
+
+    ``seeded_sampling``: every request carries a seed derived from (seed, rank, stage, request number), so the
+    actions of a run depend only on its seed (see ``PolicyRequest.sample_seed``).
     """
 
     def __init__(self, task: str | sim_envs.TaskEntry, envs_per_worker: int, env_options: dict, channel,
                  seed: int = 0, pipeline_stages: int = 1, group_size: int | None = None, total_envs: int = 0,
                  action_chunk: int = 1, incarnation: int = 0, answer_timeout_s: float = ANSWER_TIMEOUT_S,
-                 **kwargs):
+                 seeded_sampling: bool = False, **kwargs):
         super().__init__(**kwargs)
         if not 1 <= pipeline_stages <= envs_per_worker:
             raise ValueError(f"pipeline_stages={pipeline_stages} must be between 1 and envs_per_worker="
@@ -64,6 +67,7 @@ class EnvWorker(Worker):
         self.answer_timeout_s = answer_timeout_s
         self.last_requests: list[PolicyRequest | None] = [None] * len(self.stages)
         self.sequence = 0
+        self.seeded_sampling = seeded_sampling
         self.resent = 0  # requests sent again after a rollout worker died
         self.steps_simulated = 0  # training steps (``interact``) of all envs of this worker
         self.first_step_at: float | None = None  # wall-clock time (time.time) of its first simulator step
@@ -90,8 +94,11 @@ class EnvWorker(Worker):
 
     def _request(self, stage: int, obs, final_obs, deterministic=False, want_actions=True) -> None:
         self.sequence += 1
+        sample_seed = None
+        if self.seeded_sampling:
+            sample_seed = int(np.random.SeedSequence([self.seed, self.rank, stage, self.sequence]).generate_state(1)[0])
         request = PolicyRequest(self.rank, obs, final_obs, deterministic, want_actions, stage, self.incarnation,
-                                self.sequence)
+                                self.sequence, sample_seed)
         self.last_requests[stage] = request
         self.channel.put(request, REQUESTS_KEY)
 
@@ -136,6 +143,33 @@ class EnvWorker(Worker):
         if self.eval_env is not None:  # built with the old seed stride
             self.eval_env.close()
             self.eval_env = None
+
+    def snapshot(self) -> dict | None:
+        """Where this worker stands between rounds, in plain lists (a checkpoint's ``env_state.json``): every
+        env's episode so far (seed and actions), seed streams, grouped-episode and evaluation counters, request
+        number. None when its envs cannot say (GPU-simulated or subprocess envs)."""
+        if not all(hasattr(env, "snapshot") for env in self.stages):
+            return None
+        return {"layout": self._layout(), "stages": [env.snapshot() for env in self.stages],
+                "seed": self.seed, "group_episodes": list(self.group_episodes), "eval_seed": self.eval_seed,
+                "sequence": self.sequence, "steps_simulated": self.steps_simulated}
+
+    def _layout(self) -> dict:
+        return {"rank": self.rank, "envs": self.num_envs, "stages": len(self.stages),
+                "seed_stride": self.env_options["seed_stride"]}
+
+    def restore(self, state: dict) -> None:
+        """Continue from a ``snapshot`` of the worker of this rank in the same layout: the same env states (each
+        episode replayed from its seed), seeds and counters, so the next round is the one that would have run."""
+        if state["layout"] != self._layout():
+            raise ValueError(f"env worker {self.rank}: snapshot of layout {state['layout']}, this worker has "
+                             f"{self._layout()}")
+        self.stage_obs = [env.restore(s) for env, s in zip(self.stages, state["stages"])]
+        self.seed = int(state["seed"])
+        self.group_episodes = [int(e) for e in state["group_episodes"]]
+        self.eval_seed = int(state["eval_seed"])
+        self.sequence = int(state["sequence"])
+        self.steps_simulated = int(state["steps_simulated"])
 
     def group_progress(self) -> list[int]:
         """Grouped episodes each stage has started (a replacement of a worker continues from its partners')."""

@@ -24,6 +24,8 @@ class PolicyRequest:
     ``stage``: the env worker's pipeline stage the answer goes back to; ``incarnation``: the env worker's (see
     ``responses_key``); ``sequence``: numbers the stage's requests, echoed in the response (a request sent again
     after a rollout worker died may be answered twice: the env worker keeps the answer to its latest one).
+    ``sample_seed``: sample this request's actions from this seed, in a forward pass of its own (reproducible runs:
+    the actions do not depend on which other requests arrived at the same time); None: batched, unseeded.
     """
 
     env_rank: int
@@ -34,6 +36,7 @@ class PolicyRequest:
     stage: int = 0
     incarnation: int = 0
     sequence: int = 0
+    sample_seed: int | None = None
 
 
 @dataclass

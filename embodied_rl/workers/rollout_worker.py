@@ -99,10 +99,21 @@ class RolloutWorker(Worker):
                     inferring_s=inferring, answers_dropped=self.answers_dropped)
 
     def _answer(self, requests: list[PolicyRequest]) -> None:
+        for r in requests:
+            if r.sample_seed is not None:
+                self._answer_seeded(r)
         for deterministic in (False, True):
-            group = [r for r in requests if r.deterministic == deterministic]
+            group = [r for r in requests if r.deterministic == deterministic and r.sample_seed is None]
             if group:
                 self._answer_group(group, deterministic)
+
+    def _answer_seeded(self, request: PolicyRequest) -> None:
+        """One request in a forward pass of its own, its random draws from its own seed: the same actions whichever
+        requests arrived with it (a batch's size can change the floating-point result of a forward pass)."""
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(request.sample_seed)
+            self._answer_group([request], request.deterministic)
 
     def _answer_group(self, requests: list[PolicyRequest], deterministic: bool) -> None:
         pieces = []

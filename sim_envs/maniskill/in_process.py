@@ -40,6 +40,30 @@ class InProcessManiSkillEnvs:
         self.seed_stride = stride or self.num_envs
         self._episode_seeds = [seed + i for i in range(self.num_envs)]
 
+    def snapshot(self) -> dict:
+        """Where every env stands, in plain lists (JSON-safe; floats exact): its episode's seed and actions so far,
+        the seeds of its next episodes and its running episode stats. ``restore`` rebuilds the same states."""
+        size = int(np.prod(self.single_action_shape))
+        return {"episodes": [{"seed": env.episode_seed, "actions": np.asarray(env.episode_actions, np.float32)
+                              .reshape(len(env.episode_actions), size).tolist()} for env in self.envs],
+                "next_seeds": [int(s) for s in self._episode_seeds], "seed_stride": int(self.seed_stride),
+                "returns": self.tracker.returns.tolist(), "lengths": self.tracker.lengths.tolist(),
+                "success_once": self.tracker.success_once.tolist()}
+
+    def restore(self, state: dict):
+        """Rebuild the states of a ``snapshot`` (of envs of the same task and options) by replaying each env's
+        episode from its seed; returns the current observation ``[N, ...]``."""
+        if len(state["episodes"]) != self.num_envs:
+            raise ValueError(f"snapshot of {len(state['episodes'])} envs restored into {self.num_envs}")
+        obs = [env.replay(e["seed"], np.asarray(e["actions"], np.float32).reshape(-1, *self.single_action_shape))
+               for env, e in zip(self.envs, state["episodes"])]
+        self._episode_seeds = [int(s) for s in state["next_seeds"]]
+        self.seed_stride = int(state["seed_stride"])
+        self.tracker.returns[:] = np.asarray(state["returns"], np.float32)
+        self.tracker.lengths[:] = np.asarray(state["lengths"], np.int64)
+        self.tracker.success_once[:] = np.asarray(state["success_once"], bool)
+        return _stack_rows(obs)
+
     def _advance_seeds(self) -> None:
         # Later episodes of env i continue a seed stream disjoint from the other envs' (and, with seed_stride set
         # to the total env count, from other workers' envs).

@@ -59,18 +59,33 @@ class SingleCpuEnv:
         self.action_low = self.env.unwrapped.single_action_space.low
         self.action_high = self.env.unwrapped.single_action_space.high
         self.sensor_cache = SensorCache(self.env.unwrapped) if "rgb" in options.obs_mode.split("+") else None
+        # The current episode as its seed and the (clipped) actions taken since its reset: enough to rebuild its
+        # exact state in another process (``replay``), as CPU PhysX steps are deterministic.
+        self.episode_seed: int | None = None
+        self.episode_actions: list[np.ndarray] = []
 
     def reset(self, seed: int | None = None):
         try:
             obs, _ = self.env.reset(seed=seed)
         except RuntimeError as error:
             raise translate_simulator_error(error) from error
+        self.episode_seed = None if seed is None else int(seed)
+        self.episode_actions = []
         return _unbatch(_to_numpy(obs))
+
+    def replay(self, seed: int, actions: np.ndarray):
+        """Rebuild an episode from its seed and its actions so far ``[t, A]`` (see ``episode_actions``); returns
+        the observation after the last one, as ``step`` returned it then."""
+        obs = self.reset(seed)
+        for t, action in enumerate(actions):
+            obs = self.step(np.asarray(action, np.float32), observe=t == len(actions) - 1)[0]
+        return obs
 
     def step(self, action: np.ndarray, observe: bool = True):
         """action ``[A]`` -> (obs, reward, terminated, truncated, success). ``observe=False``: the camera images
         are the last rendered ones (no render; the state part is fresh)."""
         action = np.clip(action, self.action_low, self.action_high)[None]
+        self.episode_actions.append(action[0].copy())
         if self.sensor_cache is not None:
             self.sensor_cache.render_next = observe
         obs, reward, terminated, truncated, info = self.env.step(action)

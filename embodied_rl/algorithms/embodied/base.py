@@ -96,6 +96,13 @@ class Algorithm:
     def enough(self, selected: list[dict], rounds: int) -> bool:
         return True
 
+    def state_dict(self) -> dict:
+        """Counters the algorithm keeps across updates (ints and floats), saved in checkpoints."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict`` (a checkpoint from before the algorithm kept it gives {})."""
+
     def learning_rate(self, progress: float) -> float:
         """The learning rate when ``progress`` (0 to 1) of the stage is done (default: constant ``config.lr``)."""
         return self.config.lr

@@ -79,6 +79,12 @@ class PPO(Algorithm):
         super().__init__(config)
         self.updates = 0  # prepared batches so far: the critic warm-up counts them
 
+    def state_dict(self) -> dict:
+        return {"updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.updates = int(state.get("updates", 0))
+
     def learning_rate(self, progress: float) -> float:
         return self.config.lr * (1.0 - min(max(progress, 0.0), 1.0)) if self.config.anneal_lr else self.config.lr
 
