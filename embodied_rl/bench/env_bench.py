@@ -65,18 +65,14 @@ class RuntimeLoop:
     def measure(self, steps: int) -> float:
         from embodied_rl.workers.messages import TRAJECTORIES_KEY
 
-        import ray
-
         channel = self.workers.channel
-        ray.get(self.workers.env.call("pop_seconds"))
         start = time.perf_counter()
         self.workers.sample(steps)
         received = 0
         while received < len(self.workers.env):  # trajectories go to a reader, as in training
             received += len(channel.get_batch(TRAJECTORIES_KEY))
         wall = time.perf_counter() - start
-        self.last_breakdown = _time_shares(ray.get(self.workers.env.call("pop_seconds")),
-                                           self.workers.last_serving or [], wall)
+        self.last_breakdown = _time_shares(self.workers.last_env_seconds, self.workers.last_serving or [], wall)
         return steps * self.num_envs / wall
 
 

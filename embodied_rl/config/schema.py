@@ -98,6 +98,23 @@ class CheckpointConfig:
 
 
 @dataclass
+class AutoscaleConfig:
+    enabled: bool = False
+    """Resize env and rollout workers between iterations from measured waits (``runners/autoscale.py``): env workers
+    waiting for actions -> one more rollout worker; rollout workers idle -> one more env worker."""
+    every_iterations: int = 5
+    """Iterations of measurements behind each decision (counted again after every change)."""
+    threshold: float = 0.4
+    """A side is waiting when it spends more than this share of its sampling time waiting for the other."""
+    min_env_workers: int = 1
+    max_env_workers: Optional[int] = None
+    """None: the env slots of the placement (or env.num_workers, if more)."""
+    min_rollout_workers: int = 1
+    max_rollout_workers: Optional[int] = None
+    """None: the rollout slots of the placement (or rollout.num_workers, if more)."""
+
+
+@dataclass
 class ClusterConfig:
     address: Optional[str] = None
     """Ray cluster to join (None: start an embedded local Ray)."""
@@ -149,6 +166,7 @@ class TrainConfig:
     own config (``embodied_rl/algorithms/embodied/<name>.py``)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     stages: List[Any] = field(default_factory=list)
@@ -203,6 +221,7 @@ def validate(config: TrainConfig) -> None:
              c.rollout.weight_sync, "auto, broadcast, object_store")
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
     placement = resolve_placement(c)
+    _validate_autoscale(c)
     _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness,
              "0 (synchronous) or 1 (sampling overlaps the update)")
     if c.rollout.max_staleness:
@@ -213,6 +232,17 @@ def validate(config: TrainConfig) -> None:
                               f"the actor {sorted(placement.slots['actor'])}; allowed: placement.components with "
                               f"disjoint slots, e.g. {{'env,rollout': '0', 'actor': '1'}}")
     _validate_policy(c)
+
+
+def _validate_autoscale(c: TrainConfig) -> None:
+    a = c.autoscale
+    _require(a.every_iterations >= 1, "autoscale.every_iterations", a.every_iterations, "an integer >= 1")
+    _require(0 < a.threshold < 1, "autoscale.threshold", a.threshold, "a share between 0 and 1 (exclusive)")
+    for side in ("env", "rollout"):
+        low, high = getattr(a, f"min_{side}_workers"), getattr(a, f"max_{side}_workers")
+        _require(low >= 1, f"autoscale.min_{side}_workers", low, "an integer >= 1")
+        _require(high is None or high >= low, f"autoscale.max_{side}_workers", high,
+                 f"null or an integer >= autoscale.min_{side}_workers ({low})")
 
 
 def _validate_algorithm(c: TrainConfig) -> None:

@@ -21,6 +21,7 @@ from embodied_rl.algorithms.embodied import ALGORITHMS
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.schema import TrainConfig
+from embodied_rl.runners.autoscale import Autoscaler, Limits, env_step, wait_shares
 from embodied_rl.runners.demonstrations import load_sft_demonstrations
 from embodied_rl.runners.eval_video import record_eval_video
 from embodied_rl.runners.scale_requests import take_scale_request
@@ -63,6 +64,7 @@ class EmbodiedRunner:
         self.last_eval: dict = {}
         self.best_success = -1.0  # best eval success_once so far (its checkpoint is in best_checkpoint/)
         self.turns: list = []  # the device lock's TurnRecords of the last run: who held which slots when
+        self.autoscaler: Autoscaler | None = None
 
     def steps_per_iteration(self) -> int:
         """Env steps of one sampling round."""
@@ -90,6 +92,7 @@ class EmbodiedRunner:
             workers = start_workers(c, cluster, env_seed_offset=0 if env_state else self.env_steps)
             if env_state:
                 ray.get([w.restore.remote(s) for w, s in zip(workers.env.workers, env_state)])
+            self.autoscaler = self._autoscaler(workers) if c.autoscale.enabled and not self.supervised else None
             lock = DeviceLock.create(cluster.session_id)
             turns = PhaseTurns(workers, lock, offload=c.placement.offload == "auto", weight_sync=c.rollout.weight_sync)
             print(f"{workers.placement.describe()}; {turns.describe()}", file=sys.stderr, flush=True)
@@ -169,6 +172,7 @@ class EmbodiedRunner:
                     break
             t3 = time.perf_counter()
             self.iteration += 1
+            metrics.update(self._wait_shares(workers))
             metrics.update(episode_metrics(episodes, "train"))
             metrics.update(workers.faults)
             metrics.update(scaled)
@@ -220,6 +224,7 @@ class EmbodiedRunner:
                         turns.publish_weights()
                 t1 = time.perf_counter()
                 self.iteration += 1
+                metrics.update(self._wait_shares(workers))
                 metrics.update(episode_metrics(episodes, "train"))
                 metrics.update(workers.faults)
                 metrics.update(scaled)
@@ -234,14 +239,37 @@ class EmbodiedRunner:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
+    def _autoscaler(self, workers) -> Autoscaler:
+        a, slots = self.config.autoscale, workers.placement.slots
+        group_size = workers.env.worker_kwargs.get("group_size")
+        limits = Limits(a.min_env_workers, a.max_env_workers or max(len(slots["env"]), len(workers.env)),
+                        a.min_rollout_workers, a.max_rollout_workers or max(len(slots["rollout"]), len(workers.rollout)),
+                        env_step(int(workers.env.worker_kwargs["envs_per_worker"]), group_size))
+        return Autoscaler(limits, a.threshold, a.every_iterations)
+
+    def _wait_shares(self, workers) -> dict:
+        """This round's ``time/env_waiting_share`` and ``time/rollout_idle_share`` (fed to the autoscaler)."""
+        shares = wait_shares(workers.last_env_seconds, workers.last_serving or [])
+        if self.autoscaler is not None:
+            self.autoscaler.observe(shares)
+        return shares
+
     def _apply_scale_request(self, workers, turns: PhaseTurns) -> dict:
-        """Carry out a pending ``embodied-rl scale`` request between iterations (nothing is in flight, so no
-        step is lost or counted twice); returns its ``scale/...`` metrics, or {} when there is none."""
+        """Carry out a pending ``embodied-rl scale`` request, or else the autoscaler's proposal, between iterations
+        (nothing is in flight, so no step is lost or counted twice); returns its ``scale/...`` metrics, or {}."""
         try:
             request = take_scale_request(self.run_dir)
         except ConfigError as error:
             print(f"warning: scale request ignored: {error}", file=sys.stderr, flush=True)
             return {}
+        auto = False
+        if request is None and self.autoscaler is not None:
+            proposal = self.autoscaler.proposal(len(workers.env), len(workers.rollout))
+            if proposal is not None:
+                request, reason = proposal
+                request["requested_at"] = time.time()
+                print(f"autoscale: {reason}", file=sys.stderr, flush=True)
+                auto = True
         if request is None:
             return {}
         before = (len(workers.env), len(workers.rollout))
@@ -255,6 +283,9 @@ class EmbodiedRunner:
         if (self.run_dir / "config.yaml").is_file():  # --resume reads it: continue at the new sizes
             write_text_atomic(self.run_dir / "config.yaml", to_yaml(self.config))
         metrics["scale/request_to_resized_s"] = max(time.time() - request["requested_at"], 0.0)
+        metrics["scale/autoscaled"] = float(auto)
+        if self.autoscaler is not None:
+            self.autoscaler.window = []  # measured at the old sizes
         print(f"scaled: env workers {before[0]} -> {len(workers.env)}, rollout workers {before[1]} -> "
               f"{len(workers.rollout)} in {metrics['scale/resize_s']:.1f} s", file=sys.stderr, flush=True)
         return metrics

@@ -106,6 +106,7 @@ class EmbodiedWorkers:
     policy_spec: dict
     placement: object
     last_serving: list | None = None  # each rollout worker's counters from its last ``serve``
+    last_env_seconds: list = field(default_factory=list)  # each env worker's ``pop_seconds`` of the last round
     weights_synced: bool = False  # the rollout workers hold the actor's full weights (frozen ones included)
     pipeline_stages: int = 1
     grouped: bool = False  # GRPO-style groups span env workers: a round that lost one is dropped whole
@@ -123,13 +124,22 @@ class EmbodiedWorkers:
 
         A worker that dies meanwhile (killed, crashed) is replaced: a dead env worker's trajectory of this round
         is lost (``fault/...`` counters; ``trajectories_sent`` counts the ones that reached the actor's channel),
-        a dead rollout worker's requests are sent again to the others."""
+        a dead rollout worker's requests are sent again to the others. Each env worker's seconds of simulating and
+        waiting for actions in this round are in ``last_env_seconds`` (the rollout workers' in ``last_serving``)."""
+        self._pop_env_seconds()  # what evaluations and earlier rounds left
         episodes, lost = self._served("interact", num_steps)
+        self.last_env_seconds = self._pop_env_seconds()
         self.trajectories_sent = len(self.env) - len(lost)
         self.round_dropped = bool(lost) and self.grouped
         self.faults["fault/trajectories_lost"] += len(lost)
         self.faults["fault/rounds_dropped"] += int(self.round_dropped)
         return episodes
+
+    def _pop_env_seconds(self) -> list[dict]:
+        try:
+            return ray.get(self.env.call("pop_seconds"))
+        except ray.exceptions.RayActorError:  # died after the round: its replacement measures the next one
+            return []
 
     def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[dict]:
         """Full-length episodes with deterministic (or sampled) actions, ``num_episodes`` split over the env
