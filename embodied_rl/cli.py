@@ -99,6 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_loop_arguments(elastic_bench, env_workers=1, envs_per_worker=4, steps=50)
     elastic_bench.set_defaults(task="maniskill_pushcube")
     elastic_bench.add_argument("--rounds", type=int, default=3, help="training iterations per phase")
+    overlap_bench = benches.add_parser("overlap", help="synchronous vs overlapped PPO on one placement: training "
+                                       "env steps/s and time to an eval success, and the bare simulator loop")
+    overlap_bench.add_argument("--task", default="maniskill_pushcube")
+    overlap_bench.add_argument("--target", type=float, default=0.8, help="eval success_once that ends a run")
+    overlap_bench.add_argument("--max-env-steps", type=int, default=300_000, help="a run's limit if it never does")
+    overlap_bench.add_argument("--eval-every", type=int, default=10, help="iterations between evaluations")
+    overlap_bench.add_argument("--eval-episodes", type=int, default=128, help="episodes per evaluation")
+    overlap_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    overlap_bench.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for both runs")
     channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
     channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")
@@ -150,6 +159,11 @@ def dispatch(args) -> int:
 
         return run_elastic_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.rounds,
                                  args.json)
+    if args.command == "bench" and args.bench == "overlap":
+        from embodied_rl.bench.overlap_bench import run_overlap_bench
+
+        return run_overlap_bench(args.task, args.target, args.max_env_steps, args.eval_every, args.eval_episodes,
+                                 args.json, args.overrides)
     if args.command == "bench" and args.bench == "channel":
         from embodied_rl.bench.channel_bench import run_channel_bench
 

@@ -87,6 +87,8 @@ class EvalConfig:
     on a quiet 2-core machine, 0.1-0.3 s on a busy one: 4 PickCube episodes (50 steps) took 45-90 s here."""
     video_every_evaluations: int = 0
     """With video_episodes: also film every this many evaluations (0: only the final one)."""
+    stop_at_success: Optional[float] = None
+    """End the run (with a checkpoint) at the first evaluation whose success_once reaches this; None: never."""
 
 
 @dataclass
@@ -210,6 +212,8 @@ def validate(config: TrainConfig) -> None:
     _require(c.eval.video_episodes >= 0, "eval.video_episodes", c.eval.video_episodes, "an integer >= 0")
     _require(c.eval.video_every_evaluations >= 0, "eval.video_every_evaluations", c.eval.video_every_evaluations,
              "an integer >= 0")
+    _require(c.eval.stop_at_success is None or 0 <= c.eval.stop_at_success <= 1, "eval.stop_at_success",
+             c.eval.stop_at_success, "null or a success rate in [0, 1]")
     _require(c.checkpoint.every_iterations >= 0, "checkpoint.every_iterations", c.checkpoint.every_iterations,
              "an integer >= 0")
     _require(c.checkpoint.keep_last >= 1, "checkpoint.keep_last", c.checkpoint.keep_last, "an integer >= 1")

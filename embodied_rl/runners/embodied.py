@@ -65,6 +65,7 @@ class EmbodiedRunner:
         self.best_success = -1.0  # best eval success_once so far (its checkpoint is in best_checkpoint/)
         self.turns: list = []  # the device lock's TurnRecords of the last run: who held which slots when
         self.autoscaler: Autoscaler | None = None
+        self.reached_success = False  # an evaluation reached eval.stop_at_success: the run ends
 
     def steps_per_iteration(self) -> int:
         """Env steps of one sampling round."""
@@ -149,7 +150,7 @@ class EmbodiedRunner:
     def _loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
         c = self.config
         start_steps, start_time = self.env_steps, time.perf_counter()
-        while self.env_steps < c.total_env_steps:
+        while self.env_steps < c.total_env_steps and not self.reached_success:
             scaled = self._apply_scale_request(workers, turns)
             t0 = time.perf_counter()
             episodes, sample_s, update_s, rounds = [], 0.0, 0.0, 0
@@ -234,7 +235,7 @@ class EmbodiedRunner:
                                 "time/elapsed_s": t1 - start_time})
                 self._after_iteration(workers, turns, log, metrics, not more)
                 progress.update(self.env_steps, self.last_eval.get("eval/success_once"))
-                if not more:
+                if not more or self.reached_success:
                     break
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -293,7 +294,7 @@ class EmbodiedRunner:
     def _sft_loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
         a = self.config.algorithm
         start_time = time.perf_counter()
-        while self.iteration < self.total_iterations():
+        while self.iteration < self.total_iterations() and not self.reached_success:
             steps = min(a.steps_per_iteration, a.gradient_steps - self.iteration * a.steps_per_iteration)
             with turns.training("update"):
                 metrics = ray.get(workers.actor.call("sft_update", steps)[0])
@@ -316,6 +317,11 @@ class EmbodiedRunner:
                 metrics.update(record_eval_video(workers, c.eval, self.run_dir, self.iteration, finished))
             metrics.update(self.last_eval)
             evaluated = True
+            target = c.eval.stop_at_success
+            if target is not None and self.last_eval.get("eval/success_once", -1.0) >= target and not finished:
+                print(f"eval success_once {self.last_eval['eval/success_once']:.3f} reached eval.stop_at_success="
+                      f"{target}: stopping", file=sys.stderr, flush=True)
+                self.reached_success = finished = True
         if finished or self.iteration % c.log_every_iterations == 0:
             log.log(metrics, self.env_steps)
         if evaluated and self.last_eval.get("eval/success_once", -1.0) > self.best_success:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from embodied_rl.algorithms.embodied import ALGORITHMS
-from embodied_rl.algorithms.embodied.base import select_rows
+from embodied_rl.algorithms.embodied.base import PROXIMAL_LOGP, select_rows
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
@@ -143,6 +143,8 @@ class ActorWorker(Worker):
         if self.algorithm.uses_reference:
             samples["ref_logp"] = self._reference_logp(samples["obs"], samples["actions"])
         minibatch = max(1, n // cfg.num_minibatches)
+        if getattr(cfg, "off_policy_correction", "behaviour") == "decoupled":
+            samples[PROXIMAL_LOGP] = self._proximal_logp(samples, minibatch)
         sums: dict[str, float] = {}
         updates, stopped_early = 0, False
         for _ in range(cfg.update_epochs):
@@ -175,6 +177,16 @@ class ActorWorker(Worker):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.algorithm.config.max_grad_norm)
         self.optimizer.step()
+
+    @torch.no_grad()
+    def _proximal_logp(self, samples: dict, chunk: int) -> torch.Tensor:
+        """Decoupled PPO's proximal policy, the weights as this update starts: log-probs of the samples' actions
+        ``[n]`` (with token ratios ``[n, M]``), in chunks of ``chunk`` rows."""
+        parts = []
+        for start in range(0, len(samples["old_logp"]), chunk):
+            outputs = self.algorithm.evaluate(self.policy, select_rows(samples, slice(start, start + chunk)))
+            parts.append(outputs.get("token_logp", outputs["logp"]).detach())
+        return torch.cat(parts)
 
     @torch.no_grad()
     def _reference_logp(self, obs, actions) -> torch.Tensor:

@@ -8,12 +8,16 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
+from embodied_rl.algorithms.correction import truncated_is_weights
 from embodied_rl.algorithms.losses import policy_loss
 from embodied_rl.algorithms.registry import Registry
 
 ALGORITHMS = Registry("algorithm")
 
 RATIO_LEVELS = ("decision", "token")
+OFF_POLICY_CORRECTIONS = ("behaviour", "decoupled")
+PROXIMAL_LOGP = "prox_logp"
+"""Decoupled PPO: the proximal policy's log-probs of a sample ``[n]`` (with token ratios ``[n, M]``)."""
 TOKEN_LOGP = "stored.token_logp"
 """What a policy with token-level log-probs stores of each decision at ``act``: the log-prob of each factor of the
 decision ``[B, M]`` float32 (their sum is the decision's log-prob)."""
@@ -55,9 +59,21 @@ class UpdateConfig(OptimizerConfig):
     factors) or 'token' (one ratio per factor of the decision's distribution, each clipped on its own, the
     decision's advantage given to each: an action token of OpenVLA, one Gaussian coordinate of a Pi0 denoising
     step), RLinf's token-level log-probs. 'token' needs a policy with ``evaluate_tokens``."""
+    off_policy_correction: str = "behaviour"
+    """How data sampled by an older policy (``rollout.max_staleness=1``) is corrected: 'behaviour' (the ratio is
+    taken against the sampling policy's log-probs and clipped, as plain PPO), or 'decoupled' (decoupled PPO, Hilton
+    et al. 2021: the ratio is taken against the proximal policy, the weights as this update starts, and clipped
+    there, so the trust region is around the current policy; each sample is weighted by the behaviour-to-proximal
+    importance ratio, truncated at ``is_cap``)."""
+    is_cap: float = 2.0
+    """Upper bound of the truncated importance weights of 'decoupled'."""
 
     def problems(self) -> Iterator[Problem]:
         yield from super().problems()
+        if self.off_policy_correction not in OFF_POLICY_CORRECTIONS:
+            yield "off_policy_correction", self.off_policy_correction, ", ".join(OFF_POLICY_CORRECTIONS)
+        if not self.is_cap >= 1:
+            yield "is_cap", self.is_cap, ">= 1"
         if self.ratio_level not in RATIO_LEVELS:
             yield "ratio_level", self.ratio_level, ", ".join(RATIO_LEVELS)
         if self.update_epochs < 1:
@@ -129,10 +145,25 @@ class Algorithm:
             logp, old_logp = outputs["token_logp"], minibatch["obs"][TOKEN_LOGP].to(outputs["token_logp"].dtype)
         else:
             logp, old_logp = outputs["logp"][:, None], minibatch["old_logp"][:, None]
-        return policy_loss(logp, old_logp, advantages, torch.ones_like(logp), clip_low, clip_high)
+        if PROXIMAL_LOGP not in minibatch:
+            return policy_loss(logp, old_logp, advantages, torch.ones_like(logp), clip_low, clip_high)
+        # Decoupled PPO: clip around the proximal policy; a weight w >= 0 scales the advantage, and
+        # max(-r A w, -clip(r) A w) = w max(-r A, -clip(r) A), so this is the importance-weighted clipped loss.
+        proximal = minibatch[PROXIMAL_LOGP].to(logp.dtype).reshape(len(logp), -1)
+        weights = truncated_is_weights(proximal, old_logp, self.config.is_cap)
+        loss, metrics = policy_loss(logp, proximal, advantages[:, None] * weights, torch.ones_like(logp),
+                                    clip_low, clip_high)
+        metrics.update(is_weight_mean=weights.mean().item(),
+                       is_truncated_fraction=(weights >= self.config.is_cap).float().mean().item())
+        return loss, metrics
 
     def loss(self, outputs: dict, minibatch: dict) -> tuple[torch.Tensor, dict]:
         raise NotImplementedError
+
+
+def importance_metrics(surrogate_metrics: dict) -> dict:
+    """The decoupled-PPO weights' metrics of ``Algorithm.surrogate`` (none without them)."""
+    return {k: surrogate_metrics[k] for k in ("is_weight_mean", "is_truncated_fraction") if k in surrogate_metrics}
 
 
 def algorithm_config_class(name: str):

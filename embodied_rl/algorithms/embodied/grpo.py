@@ -15,7 +15,7 @@ import torch
 
 from embodied_rl.algorithms.advantages import grpo_advantages
 from embodied_rl.algorithms.embodied.base import (ALGORITHMS, Algorithm, Problem, UpdateConfig, concat_rows,
-                                                 select_rows)
+                                                 importance_metrics, select_rows)
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
 from embodied_rl.algorithms.losses import KL_KINDS, kl_penalty
 
@@ -179,7 +179,7 @@ class GRPO(Algorithm):
         entropy = outputs["entropy"].mean()
         loss = pg_loss - c.ent_coef * entropy
         metrics = {"policy_loss": pg_loss.item(), "entropy": entropy.item(), "approx_kl": pg_metrics["approx_kl"],
-                   "clip_fraction": pg_metrics["clip_fraction"]}
+                   "clip_fraction": pg_metrics["clip_fraction"], **importance_metrics(pg_metrics)}
         if c.kl_coef > 0:
             kl = kl_penalty(logp, minibatch["ref_logp"], c.kl_kind).mean()
             loss = loss + c.kl_coef * kl

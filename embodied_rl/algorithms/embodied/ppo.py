@@ -8,7 +8,8 @@ from typing import Iterator, Optional
 import torch
 
 from embodied_rl.algorithms.advantages import gae
-from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, Problem, UpdateConfig, flat_steps
+from embodied_rl.algorithms.embodied.base import (ALGORITHMS, Algorithm, Problem, UpdateConfig, flat_steps,
+                                                  importance_metrics)
 from embodied_rl.algorithms.losses import value_loss
 
 
@@ -121,4 +122,5 @@ class PPO(Algorithm):
         else:
             loss = pg_loss - c.ent_coef * entropy + c.vf_coef * v_loss
         return loss, {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "entropy": entropy.item(),
-                      "approx_kl": pg_metrics["approx_kl"], "clip_fraction": pg_metrics["clip_fraction"]}
+                      "approx_kl": pg_metrics["approx_kl"], "clip_fraction": pg_metrics["clip_fraction"],
+                      **importance_metrics(pg_metrics)}
