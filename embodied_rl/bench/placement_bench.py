@@ -1,4 +1,5 @@
-"""``embodied-rl bench placement``: throughput of collocated, disaggregated and hybrid (pipelined) placements,
+"""``embodied-rl bench placement``: throughput of collocated, disaggregated (on 3+ cores; on 2, env apart from rollout
+and actor, a hybrid) and hybrid pipelined placements,
 with the same processes (env workers + one rollout worker, + the actor with ``--full-loop``), for the policies
 ``--policies`` names:
 
@@ -19,6 +20,7 @@ inferring and waiting for requests.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 
@@ -28,12 +30,16 @@ from embodied_rl.config import ConfigError, load_train_config
 from embodied_rl.config.schema import validate
 from embodied_rl.runtime import Cluster
 
-# mode -> (component slots, pipeline stages); the actor is placed but not started (sampling only).
-MODES = {
-    "collocated": ({"env,rollout,actor": "0-1"}, 1),
-    "disaggregated": ({"env": "0", "rollout": "1", "actor": "1"}, 1),
-    "hybrid_pipelined": ({"env,rollout,actor": "0-1"}, 2),
-}
+def placement_modes(cores: int) -> dict:
+    """Run name -> (component slots, pipeline stages, slots); each name starts with the mode ``Placement`` derives
+    for it. A disaggregated placement of three components needs three slots: on a 2-core machine its place is
+    taken by ``hybrid_split`` (env on core 0, rollout and actor on core 1), named for what it is."""
+    second = (("disaggregated", ({"env": "0", "rollout": "1", "actor": "2"}, 1, 3)) if cores >= 3 else
+              ("hybrid_split", ({"env": "0", "rollout,actor": "1"}, 1, 2)))
+    return {"collocated": ({"env,rollout,actor": "0-1"}, 1, 2), second[0]: second[1],
+            "hybrid_pipelined": ({"env,rollout,actor": "0-1"}, 2, 2)}
+
+
 POLICIES = {
     "mlp": ["policy.name=mlp", "policy.hidden_sizes=[256,256,256]"],
     # d_model 512 over 2-value tokens: about 1.5 ms of inference per env, as much as a PickCube step costs here,
@@ -84,13 +90,16 @@ class FullLoop:
         self.workers.shutdown()
 
 
-def _derived_mode(placement, config) -> str:
-    """What ``Placement`` itself calls the run: its ``describe()`` (mode, slots, pipeline stages)."""
+def _derived_mode(name: str, placement) -> str:
+    """What ``Placement`` itself calls the run (its ``describe()``: mode, slots, pipeline stages), checked against
+    the name the bench prints it under."""
+    if not name.startswith(placement.mode.value):
+        raise AssertionError(f"bench placement: run {name!r} is derived as {placement.describe()}")
     return placement.describe()
 
 
-def _config(task: str, overrides: list[str], components: dict, stages: int):
-    config = load_train_config(task, None, [*overrides, f"env.pipeline_stages={stages}"])
+def _config(task: str, overrides: list[str], components: dict, stages: int, slots: int):
+    config = load_train_config(task, None, [*overrides, f"env.pipeline_stages={stages}", f"placement.slots={slots}"])
     config.placement.components = components
     validate(config)
     return config
@@ -115,20 +124,21 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
     base = [f"env.num_workers={env_workers}", f"env.envs_per_worker={envs_per_worker}", "rollout.num_workers=1"]
     if full_loop:  # the update trains on one measurement's samples
         base += [f"rollout.steps_per_iteration={steps}", *FULL_LOOP]
-    rates: dict = {policy: {mode: [] for mode in MODES} for policy in chosen}
-    shares: dict = {policy: {mode: [] for mode in MODES} for policy in chosen}
+    modes = placement_modes(os.cpu_count() or 1)
+    rates: dict = {policy: {mode: [] for mode in modes} for policy in chosen}
+    shares: dict = {policy: {mode: [] for mode in modes} for policy in chosen}
     derived: dict = {policy: {} for policy in chosen}
     with Cluster(num_cpus=2) as cluster:
         for policy in chosen:
             # All modes stay alive so they can be measured alternately; each holds a share of the CPU slots.
-            configs = {mode: _config(task, [*base, *POLICIES[policy]], *MODES[mode]) for mode in MODES}
+            configs = {mode: _config(task, [*base, *POLICIES[policy]], *modes[mode]) for mode in modes}
             if full_loop:
-                loops = {mode: FullLoop(configs[mode], cluster, 1 / len(MODES), f"bench-{policy}-{mode}")
-                         for mode in MODES}
+                loops = {mode: FullLoop(configs[mode], cluster, 1 / len(modes), f"bench-{policy}-{mode}")
+                         for mode in modes}
             else:
-                loops = {mode: RuntimeLoop(configs[mode], cluster, cluster_share=1 / len(MODES)) for mode in MODES}
+                loops = {mode: RuntimeLoop(configs[mode], cluster, cluster_share=1 / len(modes)) for mode in modes}
             for mode, loop in loops.items():
-                derived[policy][mode] = _derived_mode(loop.workers.placement, configs[mode])
+                derived[policy][mode] = _derived_mode(mode, loop.workers.placement)
                 loop.measure(steps if full_loop else 4)
             for _ in range(repeats):
                 for mode, loop in loops.items():
@@ -142,13 +152,14 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
                     else "sampling only (env + rollout workers)", "policies": {}}
     for policy, by_mode in rates.items():
         median = {mode: round(float(np.median(values)), 1) for mode, values in by_mode.items()}
-        best_other = max(median["collocated"], median["disaggregated"])
+        split = next(mode for mode in modes if mode not in ("collocated", "hybrid_pipelined"))
+        best_other = max(median["collocated"], median[split])
         result["policies"][policy] = {
             "env_steps_per_s": median,
             "env_steps_per_s_each_repeat": {mode: [round(v, 1) for v in values] for mode, values in by_mode.items()},
-            "hybrid_over_disaggregated": round(median["hybrid_pipelined"] / median["disaggregated"], 3),
-            "hybrid_over_best_other": round(median["hybrid_pipelined"] / best_other, 3),
-            "collocated_over_disaggregated": round(median["collocated"] / median["disaggregated"], 3),
+            f"hybrid_pipelined_over_{split}": round(median["hybrid_pipelined"] / median[split], 3),
+            "hybrid_pipelined_over_best_other": round(median["hybrid_pipelined"] / best_other, 3),
+            f"collocated_over_{split}": round(median["collocated"] / median[split], 3),
             "time_shares": {mode: {key: round(float(np.median([row[key] for row in rows])), 3) for key in rows[0]}
                             for mode, rows in shares[policy].items()},
             "derived_modes": derived[policy],

@@ -26,6 +26,22 @@ FAULT_COUNTERS = ("fault/env_workers_replaced", "fault/rollout_workers_replaced"
 """Cumulative counters of a run's worker faults (logged with every iteration's metrics)."""
 
 
+BROADCAST_RECOVERY_S = 10.0
+"""After a weight broadcast failed, how long its surviving members may take to finish before they count as stuck
+in the broken collective (and are replaced too)."""
+
+
+def _died(future) -> bool:
+    """Whether the (finished, or quick) call behind ``future`` failed because its worker died."""
+    try:
+        ray.get(future)
+        return False
+    except ray.exceptions.RayActorError:
+        return True
+    except ray.exceptions.RayTaskError:
+        return False
+
+
 def _one_line(error) -> str:
     """``Type: first sentence`` of an error (Ray's errors run to paragraphs)."""
     text = " ".join(str(error).split())
@@ -317,14 +333,49 @@ class EmbodiedWorkers:
     def broadcast_weights(self) -> int:
         """Actor -> every rollout worker through the collective group; returns the version they installed. After
         the first sync only trained weights travel (frozen ones, e.g. a LoRA base, are already in place)."""
+        self._replace_dead_rollout_workers()
         only_trained = self.weights_synced
         sent = self.actor.call("broadcast_weights", self.weights_collective, only_trained)
         received = self.rollout.call("receive_weights", self.weights_collective, only_trained)
-        versions = ray.get(sent + received)
+        try:
+            versions = ray.get(sent + received)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as error:
+            self._recover_broadcast(sent[0], received, error)
+            return self.broadcast_weights()  # on the new group
         if len(set(versions)) != 1:
             raise RuntimeError(f"weight broadcast left mixed policy versions {versions}")
         self.weights_synced = True
         return versions[0]
+
+    def _replace_dead_rollout_workers(self) -> None:
+        """Before a broadcast: a rollout worker that died since the last round would break the collective for all
+        members (the live ones would wait in it until its timeout), so it is replaced and the group formed anew."""
+        pings = [worker.process_id.remote() for worker in self.rollout.workers]
+        dead = [rank for rank, ping in enumerate(pings) if _died(ping)]
+        for rank in dead:
+            self._replace_rollout(rank, ray.exceptions.RayActorError())
+        if dead:
+            self._reform_weight_broadcast()
+
+    def _recover_broadcast(self, sent, received: list, error) -> None:
+        """A rollout worker died before or during a broadcast, which breaks the collective for every member: replace
+        it (with the actor's weights), and also any member still stuck in the broken broadcast after
+        ``BROADCAST_RECOVERY_S``; then form a new group. A dead actor, or a failure with no dead rollout worker,
+        is raised."""
+        _, pending = ray.wait([sent, *received], num_returns=len(received) + 1, timeout=BROADCAST_RECOVERY_S)
+        if sent in pending or _died(sent):
+            raise error
+        dead = [rank for rank, future in enumerate(received) if future not in pending and _died(future)]
+        if not dead:
+            raise error
+        stuck = [rank for rank, future in enumerate(received) if future in pending]
+        for rank in stuck:
+            print(f"rollout worker {rank} is stuck in the broken weight broadcast; replacing it", file=sys.stderr,
+                  flush=True)
+            ray.kill(self.rollout.workers[rank], no_restart=True)
+        for rank in sorted(dead + stuck):
+            self._replace_rollout(rank, error)
+        self._reform_weight_broadcast()
 
     def publish_weights(self):
         """The actor's ``(weights, version)`` copied to the object store (host memory); returns its reference.

@@ -95,3 +95,30 @@ def test_an_env_worker_waiting_for_an_answer_that_never_comes_fails_naming_the_k
             ray.get(worker.interact.remote(10), timeout=60)
     finally:
         workers.shutdown()
+
+
+def test_a_rollout_worker_dead_at_a_weight_broadcast_is_replaced_and_every_worker_gets_the_weights(cluster):
+    """Killed between sampling and the broadcast that follows the update: the broadcast's collective is broken for
+    every member; the dead worker is replaced and the weights reach all rollout workers over a new group."""
+    config = load_train_config("maniskill_pushcube", None, [
+        "env.num_workers=1", "env.envs_per_worker=2", "rollout.num_workers=2", "rollout.steps_per_iteration=10",
+        "algorithm.num_minibatches=2", "policy.hidden_sizes=[16]"])
+    workers = start_workers(config, cluster)
+    try:
+        workers.form_weight_broadcast()
+        assert workers.broadcast_weights() == 0
+        workers.sample(10)
+        ray.get(workers.actor.call("update", workers.trajectories_sent)[0])  # policy version 1
+        pid = ray.get(workers.rollout.workers[1].process_id.remote())
+        os.kill(pid, signal.SIGKILL)
+        assert workers.broadcast_weights() == 1
+        assert workers.faults["fault/rollout_workers_replaced"] == 1
+        assert ray.get(workers.rollout.workers[1].process_id.remote()) != pid
+        actor_weights, _ = ray.get(workers.actor.workers[0].get_weights.remote())
+        for rollout in workers.rollout.workers:
+            weights, version = ray.get(rollout.get_weights.remote())
+            assert version == 1 and all((weights[k] == actor_weights[k]).all() for k in actor_weights)
+        workers.sample(10)  # the new group serves the next round
+        assert workers.trajectories_sent == 1 and workers.faults["fault/rollout_workers_replaced"] == 1
+    finally:
+        workers.shutdown()
