@@ -1,0 +1,55 @@
+"""Building and loading causal LMs: ``tiny`` (a small Llama and the character tokenizer, built in code) or a local
+checkpoint directory in the Hugging Face layout (``config.json`` + safetensors + tokenizer files), never a download.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from embodied_rl.models.causal_lm.char_tokenizer import build_char_tokenizer
+
+TINY_SIZES = {
+    # hidden, layers, heads, intermediate: a few hundred thousand parameters, trainable on a laptop CPU
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=192),
+    "small": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=384),
+}
+
+
+def build_tiny_causal_lm(size: str = "tiny", max_positions: int = 256, seed: int = 0):
+    """``(model, tokenizer)``: a randomly initialised ``LlamaForCausalLM`` of ``TINY_SIZES[size]`` over the
+    character tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if size not in TINY_SIZES:
+        raise ValueError(f"size={size!r}; allowed: {', '.join(TINY_SIZES)}")
+    tokenizer = build_char_tokenizer()
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=max_positions,
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True, **TINY_SIZES[size])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model, tokenizer
+
+
+def load_causal_lm(directory: str | Path):
+    """``(model, tokenizer)`` from a local checkpoint directory (any ``AutoModelForCausalLM`` architecture)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = Path(directory)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"{directory} is not a Hugging Face checkpoint directory (no config.json); "
+                                "models are loaded from local files only")
+    model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    return model, tokenizer
+
+
+def save_causal_lm(model, tokenizer, directory: str | Path) -> Path:
+    """Write ``model`` and ``tokenizer`` in the Hugging Face layout (safetensors), loadable by ``load_causal_lm``
+    and by ``transformers`` itself."""
+    directory = Path(directory)
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+    return directory
