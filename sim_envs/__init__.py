@@ -9,6 +9,7 @@ from sim_envs.registry import TaskEntry, get_task, list_tasks, make, register_ta
 from sim_envs.vector_env import StepBatch, VectorEnv
 
 from sim_envs.maniskill import tasks as _maniskill_tasks  # noqa: F401  (registers tasks)
+from sim_envs.math import tasks as _math_tasks  # noqa: F401  (registers tasks)
 
 __all__ = [
     "make", "list_tasks", "get_task", "register_task", "TaskEntry", "StepBatch", "VectorEnv",

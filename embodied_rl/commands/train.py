@@ -30,6 +30,12 @@ def _resume_config(run_dir: Path) -> str:
 
 def run_train(task: str | None, config_file: str | None, overrides: list[str], run_dir: str | None,
               resume: bool, ray_address: str | None) -> int:
+    from embodied_rl.commands.train_reasoning import is_text_task, run_reasoning_train
+
+    if is_text_task(task):
+        if ray_address:
+            raise ConfigError("--ray-address: reasoning runs use the embedded local Ray for now")
+        return run_reasoning_train(task, config_file, overrides, run_dir, resume)
     if ray_address:
         overrides = [*overrides, f"cluster.address={ray_address}"]
     if run_dir:

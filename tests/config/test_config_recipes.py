@@ -23,9 +23,12 @@ def _builtin_tasks() -> list[str]:
 
 def test_every_builtin_task_has_a_recipe_inside_the_package():
     assert set(MAIN_TASKS) <= set(_builtin_tasks())
+    from embodied_rl.commands.train_reasoning import is_text_task
+    from embodied_rl.config.reasoning import load_reasoning_config
+
     for name in _builtin_tasks():
         assert loader.recipe_path(name).is_file(), name
-        load_train_config(name)  # the recipe is valid
+        (load_reasoning_config if is_text_task(name) else load_train_config)(name, None, [])  # the recipe is valid
     assert str(loader.CONFIGS_DIR).startswith(str(REPO / "embodied_rl"))
     assert (REPO / "configs" / "placement" / "hybrid_pipelined.yaml").is_file()  # the clone's link still works
 

@@ -1,0 +1,136 @@
+"""The configuration of a reasoning run (a causal LM on a text task): ``embodied-rl train --task math_arith``.
+
+The recipe ``embodied_rl/configs/<task>.yaml``, then ``--config FILE``, then ``key=value`` overrides, as for
+embodied runs; every problem is a ``ConfigError`` naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from embodied_rl.algorithms.text_rl import TextRLConfig
+from embodied_rl.config.errors import ConfigError
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    """'tiny' or 'small' (a Llama and a character tokenizer built in code), or a local Hugging Face checkpoint
+    directory (Qwen, Llama: config.json, safetensors, tokenizer files)."""
+    seed: int = 0
+
+
+@dataclass
+class GenerationConfig:
+    engine: str = "hf"
+    """'hf' (Hugging Face generate, KV cache)."""
+    num_workers: int = 1
+    max_new_tokens: int = 8
+    temperature: float = 1.0
+    eval_temperature: float = 0.0
+    """0: greedy evaluation."""
+
+
+@dataclass
+class SFTStageConfig:
+    steps: int = 600
+    """Gradient steps of supervised warm-start on the train split (0: none)."""
+    batch_size: int = 64
+    lr: float = 3e-3
+
+
+@dataclass
+class RLStageConfig:
+    iterations: int = 100
+    prompts_per_iteration: int = 16
+    """Prompts per iteration, each answered ``algorithm.group_size`` times."""
+    lr: float = 2e-4
+    update_rounds: int = 1
+    """Passes over each sampled batch (SWIFT's multi-round update); 1: on-policy."""
+    num_minibatches: int = 1
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class TextEvalConfig:
+    every_iterations: int = 10
+    num_problems: int = 200
+    """Held-out problems per evaluation (at most the held-out set)."""
+
+
+@dataclass
+class ReasoningConfig:
+    task: Optional[str] = None
+    seed: int = 0
+    runs_root: str = "runs"
+    run_dir: Optional[str] = None
+    env: Dict[str, Any] = field(default_factory=dict)
+    """The text env's options (see sim_envs/math/tasks.py), e.g. {count: 2000, digits: 2, operators: '+-'}."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    sft: SFTStageConfig = field(default_factory=SFTStageConfig)
+    rl: RLStageConfig = field(default_factory=RLStageConfig)
+    algorithm: TextRLConfig = field(default_factory=TextRLConfig)
+    eval: TextEvalConfig = field(default_factory=TextEvalConfig)
+    torch_threads: int = 2
+    """Threads of the trainer and of each generation worker."""
+
+
+def _require(condition: bool, key: str, value, allowed: str) -> None:
+    if not condition:
+        raise ConfigError(f"{key}={value!r} is out of range; allowed: {allowed}")
+
+
+def validate_reasoning(c: ReasoningConfig) -> None:
+    for key, value, allowed in c.algorithm.problems():
+        _require(False, f"algorithm.{key}", value, allowed)
+    _require(c.generation.engine == "hf", "generation.engine", c.generation.engine, "hf")
+    _require(c.generation.num_workers >= 1, "generation.num_workers", c.generation.num_workers, "an integer >= 1")
+    _require(c.generation.max_new_tokens >= 1, "generation.max_new_tokens", c.generation.max_new_tokens, ">= 1")
+    _require(c.generation.temperature > 0, "generation.temperature", c.generation.temperature, "> 0")
+    _require(c.generation.eval_temperature >= 0, "generation.eval_temperature", c.generation.eval_temperature, ">= 0")
+    _require(c.sft.steps >= 0, "sft.steps", c.sft.steps, "an integer >= 0")
+    _require(c.sft.batch_size >= 1, "sft.batch_size", c.sft.batch_size, "an integer >= 1")
+    _require(c.rl.iterations >= 0, "rl.iterations", c.rl.iterations, "an integer >= 0")
+    _require(c.rl.prompts_per_iteration >= 1, "rl.prompts_per_iteration", c.rl.prompts_per_iteration, ">= 1")
+    _require(c.rl.update_rounds >= 1, "rl.update_rounds", c.rl.update_rounds, "an integer >= 1")
+    _require(1 <= c.rl.num_minibatches <= c.rl.prompts_per_iteration, "rl.num_minibatches", c.rl.num_minibatches,
+             f"1 to rl.prompts_per_iteration ({c.rl.prompts_per_iteration})")
+    _require(c.eval.num_problems >= 1, "eval.num_problems", c.eval.num_problems, "an integer >= 1")
+    _require(c.eval.every_iterations >= 0, "eval.every_iterations", c.eval.every_iterations, "an integer >= 0")
+    if c.model.name not in ("tiny", "small") and not (Path(c.model.name) / "config.json").is_file():
+        raise ConfigError(f"model.name={c.model.name!r}: allowed: tiny, small, or a local checkpoint directory "
+                          "with config.json (nothing is downloaded)")
+
+
+def load_reasoning_config(task: str | None, config_file: str | None, overrides: list[str]) -> ReasoningConfig:
+    from embodied_rl.config.loader import _load_yaml, _one_line, task_recipe
+
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value (e.g. rl.lr=1e-4)")
+    try:
+        merged = OmegaConf.structured(ReasoningConfig)
+        cli = OmegaConf.from_dotlist(overrides)
+        user = _load_yaml(Path(config_file)) if config_file else None
+        chosen = task or cli.get("task") or (user.get("task") if user is not None else None)
+        recipe = task_recipe(chosen) if chosen else None
+        for layer in (recipe, user, cli):
+            if layer is not None:
+                merged = OmegaConf.merge(merged, layer)
+        if chosen:
+            merged.task = chosen
+        config: ReasoningConfig = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        raise ConfigError(_one_line(error)) from None
+    validate_reasoning(config)
+    return config
+
+
+def reasoning_yaml(config: ReasoningConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(config))

@@ -1,0 +1,23 @@
+"""Prompts through the tokenizer's chat template, and responses back to text."""
+
+from __future__ import annotations
+
+
+def prompt_ids(tokenizer, question: str) -> list[int]:
+    """Token ids of ``question`` as a user turn followed by the assistant's turn opening (the chat template of the
+    tokenizer: the character tokenizer's ``Q: ...\\nA: ``, a Qwen or Llama checkpoint's own)."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                         add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def answer_ids(tokenizer, answer: str) -> list[int]:
+    """The ids an SFT target response is made of: ``answer`` then end-of-sequence."""
+    return list(tokenizer(answer, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
+
+
+def build_lm(name: str, seed: int = 0):
+    """``(model, tokenizer)``: ``tiny`` / ``small`` built in code, anything else a local checkpoint directory."""
+    from embodied_rl.models.causal_lm.loading import TINY_SIZES, build_tiny_causal_lm, load_causal_lm
+
+    return build_tiny_causal_lm(name, seed=seed) if name in TINY_SIZES else load_causal_lm(name)

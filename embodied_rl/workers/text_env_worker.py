@@ -1,0 +1,47 @@
+"""Text env worker: owns a text task's train env (groups of G envs per prompt) and its held-out problems; hands out
+prompts and scores responses with the task's verifier."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import sim_envs
+from embodied_rl.runtime import Worker
+
+
+class TextEnvWorker(Worker):
+    def __init__(self, task, options: dict, num_envs: int, group_size: int, seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        options = dict(options)
+        self.train = sim_envs.make(task, num_envs, split="train", seed=seed, group_size=group_size, **options)
+        self.heldout = sim_envs.make(task, 1, split="heldout", **options)
+        self.obs = self.train.reset()
+
+    def prompts(self) -> list[str]:
+        """The current N prompts (group-contiguous)."""
+        return [str(p) for p in self.obs["prompt"]]
+
+    def score(self, responses: list[str]) -> dict:
+        """Score the N responses to ``prompts()`` and draw the next prompts: ``rewards``, ``outcome`` and
+        ``format`` ``[N]``."""
+        batch = self.train.step(responses)
+        self.obs = batch.obs
+        return {"rewards": batch.rewards, "outcome": batch.info["reward/outcome"],
+                "format": batch.info["reward/format"]}
+
+    def sft_examples(self) -> list[tuple[str, str]]:
+        """Every train problem as (question, answer): the SFT warm-start's data."""
+        return [(p.question, p.answer) for p in self.train.problems]
+
+    def heldout_questions(self, count: int) -> list[str]:
+        return [p.question for p in self.heldout.problems[:count]]
+
+    def score_heldout(self, responses: list[str]) -> dict:
+        """Accuracy and answer-format rate of responses to ``heldout_questions(len(responses))``."""
+        from sim_envs.math.verifier import score
+
+        scores = [score(r, p.answer, self.heldout.use_math_verify)
+                  for r, p in zip(responses, self.heldout.problems)]
+        return {"eval/heldout_accuracy": float(np.mean([s.correct for s in scores])),
+                "eval/heldout_formatted": float(np.mean([s.formatted for s in scores])),
+                "eval/problems": len(scores)}
