@@ -35,9 +35,11 @@ class HFGenerationEngine:
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **options)
-        tokens = out.sequences[:, width:].cpu()  # [B, T]
-        logprobs = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1).cpu()  # [B, T, V]
-        chosen = logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [B, T]
+        tokens = out.sequences[:, width:]  # [B, T]
+        # One step at a time: the chosen token's log-prob [B] per step, never a [B, T, V] tensor (150k-token vocab)
+        chosen = torch.stack([torch.log_softmax(s.float(), -1).gather(-1, tokens[:, t, None]).squeeze(-1)
+                              for t, s in enumerate(out.scores)], 1).cpu()  # [B, T]
+        tokens = tokens.cpu()
         results = []
         for row in range(len(prompts)):
             ended = (tokens[row] == self.eos_id).nonzero()

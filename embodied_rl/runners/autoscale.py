@@ -84,11 +84,15 @@ class Autoscaler:
         if shares:
             self.window.append(shares)
 
+    def restart(self) -> None:
+        """Forget the window (the sizes changed: its rounds were measured at the old ones)."""
+        self.window = []
+
     def proposal(self, env_workers: int, rollout_workers: int) -> tuple[dict, str] | None:
         """A resize once the window is full (the window then starts again), else None."""
         if len(self.window) < self.every_iterations:
             return None
         env = float(np.mean([s["time/env_waiting_share"] for s in self.window]))
         rollout = float(np.mean([s["time/rollout_idle_share"] for s in self.window]))
-        self.window = []
+        self.restart()
         return decide(env, rollout, env_workers, rollout_workers, self.limits, self.threshold)

@@ -173,10 +173,7 @@ class EmbodiedRunner:
                     break
             t3 = time.perf_counter()
             self.iteration += 1
-            metrics.update(self._wait_shares(workers))
-            metrics.update(episode_metrics(episodes, "train"))
-            metrics.update(workers.faults)
-            metrics.update(scaled)
+            self._round_metrics(metrics, workers, episodes, scaled)
             timings = turns.pop_timings()
             metrics.update(timings)
             metrics.update({"time/sample_s": sample_s, "time/update_wall_s": update_s,
@@ -225,10 +222,7 @@ class EmbodiedRunner:
                         turns.publish_weights()
                 t1 = time.perf_counter()
                 self.iteration += 1
-                metrics.update(self._wait_shares(workers))
-                metrics.update(episode_metrics(episodes, "train"))
-                metrics.update(workers.faults)
-                metrics.update(scaled)
+                self._round_metrics(metrics, workers, episodes, scaled)
                 metrics.update(turns.pop_timings())
                 metrics.update({"time/iteration_s": t1 - t0, "train/iteration": self.iteration,
                                 "time/steps_per_s": (self.env_steps - start_steps) / (t1 - start_time),
@@ -248,12 +242,16 @@ class EmbodiedRunner:
                         env_step(int(workers.env.worker_kwargs["envs_per_worker"]), group_size))
         return Autoscaler(limits, a.threshold, a.every_iterations)
 
-    def _wait_shares(self, workers) -> dict:
-        """This round's ``time/env_waiting_share`` and ``time/rollout_idle_share`` (fed to the autoscaler)."""
+    def _round_metrics(self, metrics: dict, workers, episodes: list[dict], scaled: dict) -> None:
+        """Add what every iteration logs of its sampling: the round's ``time/env_waiting_share`` and
+        ``time/rollout_idle_share`` (also fed to the autoscaler), its episodes, the fault counters, a resize."""
         shares = wait_shares(workers.last_env_seconds, workers.last_serving or [])
         if self.autoscaler is not None:
             self.autoscaler.observe(shares)
-        return shares
+        metrics.update(shares)
+        metrics.update(episode_metrics(episodes, "train"))
+        metrics.update(workers.faults)
+        metrics.update(scaled)
 
     def _apply_scale_request(self, workers, turns: PhaseTurns) -> dict:
         """Carry out a pending ``embodied-rl scale`` request, or else the autoscaler's proposal, between iterations
@@ -286,7 +284,7 @@ class EmbodiedRunner:
         metrics["scale/request_to_resized_s"] = max(time.time() - request["requested_at"], 0.0)
         metrics["scale/autoscaled"] = float(auto)
         if self.autoscaler is not None:
-            self.autoscaler.window = []  # measured at the old sizes
+            self.autoscaler.restart()
         print(f"scaled: env workers {before[0]} -> {len(workers.env)}, rollout workers {before[1]} -> "
               f"{len(workers.rollout)} in {metrics['scale/resize_s']:.1f} s", file=sys.stderr, flush=True)
         return metrics

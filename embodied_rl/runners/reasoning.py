@@ -1,5 +1,5 @@
-"""Reasoning runs: a causal LM trained on a text task, on the same runtime as embodied runs (Ray workers on the
-local or a joined cluster).
+"""Reasoning runs: a causal LM trained on a text task, on the same runtime as embodied runs (Ray workers, on the
+embedded local Ray for now).
 
 A text env worker hands out prompts (``rl.prompts_per_iteration`` problems, each ``algorithm.group_size`` times)
 and scores the responses with the task's verifier; generation workers sample the responses with their inference

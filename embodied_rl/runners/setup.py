@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -12,6 +11,7 @@ import ray
 import sim_envs
 from embodied_rl.config.schema import TrainConfig, resolve_placement, slots_are_gpus
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
+from embodied_rl.runners.autoscale import env_step
 from embodied_rl.runtime.channel import ChannelTimeout
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.env_worker import EnvWorker
@@ -32,7 +32,7 @@ in the broken collective (and are replaced too)."""
 
 
 def _died(future) -> bool:
-    """Whether the (finished, or quick) call behind ``future`` failed because its worker died."""
+    """Whether the finished call behind ``future`` failed because its worker died."""
     try:
         ray.get(future)
         return False
@@ -142,7 +142,6 @@ class EmbodiedWorkers:
         is lost (``fault/...`` counters; ``trajectories_sent`` counts the ones that reached the actor's channel),
         a dead rollout worker's requests are sent again to the others. Each env worker's seconds of simulating and
         waiting for actions in this round are in ``last_env_seconds`` (the rollout workers' in ``last_serving``)."""
-        self._pop_env_seconds()  # what evaluations and earlier rounds left
         episodes, lost = self._served("interact", num_steps)
         self.last_env_seconds = self._pop_env_seconds()
         self.trajectories_sent = len(self.env) - len(lost)
@@ -273,7 +272,7 @@ class EmbodiedWorkers:
             if group_size and total % group_size:
                 raise ScaleError(f"env={env_workers}: {total} envs do not form whole groups of "
                                  f"group_size={group_size}; allowed: a multiple of "
-                                 f"{group_size // math.gcd(group_size, per_worker)} env workers")
+                                 f"{env_step(per_worker, group_size)} env workers")
             progress = ray.get(self.env.workers[0].group_progress.remote()) if group_size else None
             self.scale_generation += 1
             seed = int(self.env.worker_kwargs["seed"]) + REPLACEMENT_SEED_STRIDE * (MAX_WORKER_RESTARTS + 1) \
@@ -348,13 +347,19 @@ class EmbodiedWorkers:
         return versions[0]
 
     def _replace_dead_rollout_workers(self) -> None:
-        """Before a broadcast: a rollout worker that died since the last round would break the collective for all
-        members (the live ones would wait in it until its timeout), so it is replaced and the group formed anew."""
+        """Before a broadcast: a rollout worker that died since the last round (or does not answer within
+        ``BROADCAST_RECOVERY_S``) would break the collective for all members (the live ones would wait in it until its
+        timeout), so it is replaced and the group formed anew."""
         pings = [worker.process_id.remote() for worker in self.rollout.workers]
-        dead = [rank for rank, ping in enumerate(pings) if _died(ping)]
-        for rank in dead:
+        _, unanswered = ray.wait(pings, num_returns=len(pings), timeout=BROADCAST_RECOVERY_S)
+        lost = [rank for rank, ping in enumerate(pings) if ping in unanswered or _died(ping)]
+        for rank in lost:
+            if pings[rank] in unanswered:  # alive but not answering: it would hang the broadcast
+                print(f"rollout worker {rank} did not answer in {BROADCAST_RECOVERY_S:.0f} s; replacing it",
+                      file=sys.stderr, flush=True)
+                ray.kill(self.rollout.workers[rank], no_restart=True)
             self._replace_rollout(rank, ray.exceptions.RayActorError())
-        if dead:
+        if lost:
             self._reform_weight_broadcast()
 
     def _recover_broadcast(self, sent, received: list, error) -> None:

@@ -53,7 +53,7 @@ class EnvWorker(Worker):
                        for n, o in zip(sizes, offsets)]
         self.stage_obs = [env.reset() for env in self.stages]
         self.eval_env = None
-        self.seconds = {"simulating_s": 0.0, "waiting_for_actions_s": 0.0}  # see pop_seconds
+        self.seconds = {"simulating_s": 0.0, "waiting_for_actions_s": 0.0}  # of the round so far: pop_seconds
         self.eval_seed = 10_000_000 + first
         # Grouped resets (GRPO): env g of all ``total_envs`` (g = rank * envs_per_worker + i) belongs to group
         # g // group_size; every episode of a group starts from one shared initial state.
@@ -119,7 +119,8 @@ class EnvWorker(Worker):
         return item
 
     def pop_seconds(self) -> dict:
-        """Seconds spent stepping simulators and waiting for actions since the last call."""
+        """Seconds spent stepping simulators and waiting for actions since the last call or the start of the latest
+        round (``interact``), whichever is later."""
         seconds, self.seconds = self.seconds, dict.fromkeys(self.seconds, 0.0)
         return seconds
 
@@ -195,6 +196,7 @@ class EnvWorker(Worker):
         if num_steps % self.action_chunk:
             raise ValueError(f"num_steps={num_steps} is not a multiple of the action chunk {self.action_chunk}")
         self.channel.refresh()  # rollout workers may have joined or left since the last round
+        self.seconds = dict.fromkeys(self.seconds, 0.0)  # pop_seconds measures this round, not evaluations before
         T, stages = num_steps // self.action_chunk, range(len(self.stages))
         if self.group_size:
             self.stage_obs = [self._reset_group_stage(s) for s in stages]

@@ -86,8 +86,8 @@ class LMActorWorker(Worker):
                 ref, _ = response_logprobs(self.reference, prompts, responses, self.pad_id, temperature)
         sums: dict = {}
         steps = 0
-        order = torch.arange(len(rows))
         for _ in range(update_rounds):
+            order = torch.randperm(len(rows), generator=self.generator)
             for part in torch.chunk(order, num_minibatches):
                 idx = part.tolist()
                 logp, _ = response_logprobs(self.model, [prompts[i] for i in idx], [responses[i] for i in idx],
@@ -101,7 +101,6 @@ class LMActorWorker(Worker):
                 for k, v in loss_metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 steps += 1
-            order = order[torch.randperm(len(order), generator=self.generator)]
         diff = ((old - rollout).abs() * mask).sum() / mask.sum()
         self.policy_version += 1
         metrics.update({f"train/{k}": v / steps for k, v in sums.items()})

@@ -3,7 +3,6 @@ prompts and scores responses with the task's verifier."""
 
 from __future__ import annotations
 
-import numpy as np
 
 import sim_envs
 from embodied_rl.runtime import Worker
@@ -38,10 +37,6 @@ class TextEnvWorker(Worker):
 
     def score_heldout(self, responses: list[str]) -> dict:
         """Accuracy and answer-format rate of responses to ``heldout_questions(len(responses))``."""
-        from sim_envs.math.verifier import score
-
-        scores = [score(r, p.answer, self.heldout.use_math_verify)
-                  for r, p in zip(responses, self.heldout.problems)]
-        return {"eval/heldout_accuracy": float(np.mean([s.correct for s in scores])),
-                "eval/heldout_formatted": float(np.mean([s.formatted for s in scores])),
-                "eval/problems": len(scores)}
+        correct, formatted = self.heldout.score_responses(responses, range(len(responses)))
+        return {"eval/heldout_accuracy": float(correct.mean()), "eval/heldout_formatted": float(formatted.mean()),
+                "eval/problems": len(responses)}

@@ -46,6 +46,11 @@ class TextTaskEnv:
         prompts = np.array([self.problems[i].question for i in self.current], dtype=np.str_)
         return {"prompt": prompts, "problem_id": self.current.copy()}
 
+    def score_responses(self, responses, problem_ids) -> tuple[np.ndarray, np.ndarray]:
+        """``(correct, formatted)``, bool ``[n]``, of ``responses`` to the problems ``problem_ids``."""
+        scores = [score(str(r), self.problems[i].answer, self.use_math_verify) for r, i in zip(responses, problem_ids)]
+        return np.array([s.correct for s in scores], bool), np.array([s.formatted for s in scores], bool)
+
     def reset(self, seed: int | None = None, state_ids: list[int] | None = None) -> dict:
         if seed is not None:
             self.rng, self.order = np.random.default_rng(seed), []
@@ -58,9 +63,7 @@ class TextTaskEnv:
         """``actions``: N response strings."""
         if len(actions) != self.num_envs:
             raise ValueError(f"{len(actions)} responses for {self.num_envs} envs")
-        scores = [score(str(r), self.problems[i].answer, self.use_math_verify) for r, i in zip(actions, self.current)]
-        correct = np.array([s.correct for s in scores])
-        formatted = np.array([s.formatted for s in scores])
+        correct, formatted = self.score_responses(actions, self.current)
         rewards = (self.outcome_weight * correct + self.format_weight * formatted).astype(np.float32)
         done = np.ones(self.num_envs, bool)
         final = self.observation()
