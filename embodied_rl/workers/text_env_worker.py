@@ -3,7 +3,6 @@ prompts and scores responses with the task's verifier."""
 
 from __future__ import annotations
 
-
 import sim_envs
 from embodied_rl.runtime import Worker
 
