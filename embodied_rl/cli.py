@@ -108,6 +108,27 @@ def build_parser() -> argparse.ArgumentParser:
     overlap_bench.add_argument("--eval-episodes", type=int, default=128, help="episodes per evaluation")
     overlap_bench.add_argument("--json", action="store_true", help="print one JSON object")
     overlap_bench.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for both runs")
+    generation_bench = benches.add_parser("generation", help="tokens/s of each generation engine on one model and "
+                                          "prompts (HF full precision, HF int8 rollout copy)")
+    generation_bench.add_argument("--model", default="small", help="tiny, small, or a local checkpoint directory")
+    generation_bench.add_argument("--prompts", type=int, default=128, help="held-out math_arith prompts per call")
+    generation_bench.add_argument("--new-tokens", type=int, default=8, help="max new tokens per response")
+    generation_bench.add_argument("--repeats", type=int, default=3, help="alternating measurements (best kept)")
+    generation_bench.add_argument("--threads", type=int, default=1, help="torch threads")
+    generation_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    text_async_bench = benches.add_parser("text-async", help="synchronous vs async rollout on math_arith: seconds "
+                                          "per RL iteration, same workers and threads")
+    text_async_bench.add_argument("--iterations", type=int, default=20, help="RL iterations per mode")
+    text_async_bench.add_argument("--sft-steps", type=int, default=1000, help="the shared SFT warm start")
+    text_async_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    text_async_bench.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for all runs")
+    text_tis_bench = benches.add_parser("text-tis", help="held-out accuracy under int8 rollout without and with "
+                                        "truncated importance sampling (and full precision), one SFT warm start")
+    text_tis_bench.add_argument("--iterations", type=int, default=200, help="RL iterations per mode")
+    text_tis_bench.add_argument("--sft-steps", type=int, default=4000, help="the shared SFT warm start")
+    text_tis_bench.add_argument("--eval-every", type=int, default=20, help="iterations between evaluations")
+    text_tis_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    text_tis_bench.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for all runs")
     channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
     channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")
@@ -164,6 +185,18 @@ def dispatch(args) -> int:
 
         return run_overlap_bench(args.task, args.target, args.max_env_steps, args.eval_every, args.eval_episodes,
                                  args.json, args.overrides)
+    if args.command == "bench" and args.bench == "generation":
+        from embodied_rl.bench.reasoning_bench import run_generation_bench
+
+        return run_generation_bench(args.model, args.prompts, args.new_tokens, args.repeats, args.threads, args.json)
+    if args.command == "bench" and args.bench == "text-async":
+        from embodied_rl.bench.reasoning_bench import run_text_async_bench
+
+        return run_text_async_bench(args.iterations, args.sft_steps, args.json, args.overrides)
+    if args.command == "bench" and args.bench == "text-tis":
+        from embodied_rl.bench.reasoning_bench import run_text_tis_bench
+
+        return run_text_tis_bench(args.iterations, args.sft_steps, args.eval_every, args.json, args.overrides)
     if args.command == "bench" and args.bench == "channel":
         from embodied_rl.bench.channel_bench import run_channel_bench
 

@@ -20,3 +20,6 @@ embodied-rl train --task maniskill_pushcube --run-dir "${OUT:-/tmp}/gpu-pushcube
   env.obs_mode=rgb policy.name=openvla_oft policy.options.action_chunk=8 env.num_workers=1 env.envs_per_worker=64 \
   rollout.steps_per_iteration=48 env.max_episode_steps=48 total_env_steps=12288 eval.every_iterations=0 \
   eval.num_episodes=64 algorithm.num_minibatches=8 algorithm.update_epochs=1
+# vLLM and SGLang generation engines (each where installed): greedy and sampled outputs against Hugging Face before
+# and after an in-place weight update, and tokens/s.
+python scripts/gpu_llm_checks.py

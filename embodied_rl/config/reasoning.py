@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from embodied_rl.algorithms.text_rl import TextRLConfig
 from embodied_rl.config.errors import ConfigError
+from embodied_rl.engines.quantization import QUANTIZATIONS
 
 
 @dataclass
@@ -29,6 +30,9 @@ class ModelConfig:
 class GenerationConfig:
     engine: str = "hf"
     """'hf' (Hugging Face generate, KV cache)."""
+    quantization: str = "none"
+    """'int8': sample from an int8 copy of the model (dynamic quantisation of its Linear layers), re-quantised after
+    every update; pair it with ``algorithm.tis_cap`` to correct the mismatch with the full-precision trainer."""
     num_workers: int = 1
     max_new_tokens: int = 8
     temperature: float = 1.0
@@ -54,6 +58,25 @@ class RLStageConfig:
     """Passes over each sampled batch (SWIFT's multi-round update); 1: on-policy."""
     num_minibatches: int = 1
     max_grad_norm: float = 1.0
+    max_sampling_rounds: int = 1
+    """With dynamic sampling (DAPO's default): sample further prompts, up to this many rounds per iteration, until
+    ``prompts_per_iteration`` groups with differing scores are in hand (DAPO's resample-to-fill); 1: only drop
+    the uninformative groups."""
+    max_staleness: int = 0
+    """1: generate batch k+1 while the trainer updates on batch k (async rollout; the batch was sampled by the weights
+    one update old: the ratio is taken against the trainer's current weights and ``algorithm.tis_cap`` corrects for
+    the sampler); 0: synchronous."""
+
+
+@dataclass
+class TrainerConfig:
+    backend: str = "single"
+    """single (one process), ddp (torch DDP) or fsdp (FSDP2: parameters, gradients and optimizer state sharded);
+    gloo on CPU, NCCL on GPU (``engines/training/data_parallel.py``)."""
+    world_size: int = 1
+    """Trainer processes (data-parallel ranks); each trains on its slice of every minibatch."""
+    timeout_s: float = 600.0
+    """Bounds the ranks' rendezvous and every collective: a dead rank fails the run after this long."""
 
 
 @dataclass
@@ -76,6 +99,7 @@ class ReasoningConfig:
     sft: SFTStageConfig = field(default_factory=SFTStageConfig)
     rl: RLStageConfig = field(default_factory=RLStageConfig)
     algorithm: TextRLConfig = field(default_factory=TextRLConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: TextEvalConfig = field(default_factory=TextEvalConfig)
     torch_threads: int = 2
     """Threads of the trainer and of each generation worker."""
@@ -90,10 +114,21 @@ def validate_reasoning(c: ReasoningConfig) -> None:
     for key, value, allowed in c.algorithm.problems():
         _require(False, f"algorithm.{key}", value, allowed)
     _require(c.generation.engine == "hf", "generation.engine", c.generation.engine, "hf")
+    _require(c.generation.quantization in QUANTIZATIONS, "generation.quantization", c.generation.quantization,
+             ", ".join(QUANTIZATIONS))
+    _require(c.rl.max_sampling_rounds == 1 or (c.rl.max_sampling_rounds > 1 and c.algorithm.setting(
+        "dynamic_sampling")), "rl.max_sampling_rounds", c.rl.max_sampling_rounds,
+        "1, or more with dynamic sampling (algorithm.name=dapo or algorithm.dynamic_sampling=true)")
+    _require(c.rl.max_staleness in (0, 1), "rl.max_staleness", c.rl.max_staleness, "0 (synchronous) or 1 (async)")
     _require(c.generation.num_workers >= 1, "generation.num_workers", c.generation.num_workers, "an integer >= 1")
     _require(c.generation.max_new_tokens >= 1, "generation.max_new_tokens", c.generation.max_new_tokens, ">= 1")
     _require(c.generation.temperature > 0, "generation.temperature", c.generation.temperature, "> 0")
     _require(c.generation.eval_temperature >= 0, "generation.eval_temperature", c.generation.eval_temperature, ">= 0")
+    _require(c.trainer.backend in ("single", "ddp", "fsdp"), "trainer.backend", c.trainer.backend,
+             "single, ddp, fsdp")
+    _require(c.trainer.world_size >= 1 and (c.trainer.world_size == 1 or c.trainer.backend != "single"),
+             "trainer.world_size", c.trainer.world_size, "1 for trainer.backend=single; >= 1 for ddp and fsdp")
+    _require(c.trainer.timeout_s > 0, "trainer.timeout_s", c.trainer.timeout_s, "> 0 seconds")
     _require(c.sft.steps >= 0, "sft.steps", c.sft.steps, "an integer >= 0")
     _require(c.sft.batch_size >= 1, "sft.batch_size", c.sft.batch_size, "an integer >= 1")
     _require(c.rl.iterations >= 0, "rl.iterations", c.rl.iterations, "an integer >= 0")

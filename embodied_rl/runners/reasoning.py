@@ -6,10 +6,15 @@ and scores the responses with the task's verifier; generation workers sample the
 copy of the model; the LM actor trains it, first by SFT on the train split (``sft.steps``), then by the chosen
 algorithm of the GRPO family; after each update its weights go to the generation workers through the object store.
 Held-out accuracy (greedy by default) is measured before training, after SFT and every ``eval.every_iterations``.
+
+With ``rl.max_staleness=1`` (async rollout) the generation workers sample batch k+1 while the actor trains on
+batch k: each batch is sampled by weights one update old, the update's ratio is taken against the actor's current
+weights, and ``algorithm.tis_cap`` weights each token by min(p_actor / p_sampler, cap), as AReaL and SWIFT do.
 """
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from pathlib import Path
@@ -26,6 +31,15 @@ from embodied_rl.workers.generation_worker import GenerationWorker
 from embodied_rl.workers.lm_actor_worker import LMActorWorker
 from embodied_rl.workers.text_env_worker import TextEnvWorker
 
+def _free_port() -> int:
+    """A TCP port free on this node now, for the trainer ranks' rendezvous."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+EVAL_SEED = 10_000_019
+"""Seed of held-out generation (sampled only where ``generation.eval_temperature`` > 0)."""
 MODEL_DIR = "model"
 """Where a finished run writes its model in the Hugging Face layout (``model.name=<run_dir>/model`` loads it)."""
 
@@ -37,35 +51,32 @@ class ReasoningRunner:
         self.iteration = 0
         self.responses = 0  # env steps of a text task: one response is one step
         self.evaluations: dict[str, float] = {}
+        self.published_version = 0
 
     def run(self) -> dict:
         c = self.config
         with Cluster(None, None):
             share = 0.2
             model = {"name": c.model.name, "seed": c.model.seed}
-            group_size = c.algorithm.group_size
-            env = WorkerGroup(TextEnvWorker, "text-env", 1, cpus_per_worker=share, task=sim_envs.get_task(c.task),
-                              options=dict(c.env), num_envs=c.rl.prompts_per_iteration * group_size,
-                              group_size=group_size, seed=c.seed)
+            env = self._env_group(share)
             generation = WorkerGroup(GenerationWorker, "generation", c.generation.num_workers, cpus_per_worker=share,
-                                     model=model, torch_threads=c.torch_threads)
-            actor = WorkerGroup(LMActorWorker, "lm-actor", 1, cpus_per_worker=share, model=model,
-                                algorithm=c.algorithm, seed=c.seed, torch_threads=c.torch_threads)
-            self.env, self.generation, self.actor = env.workers[0], generation, actor.workers[0]
+                                     model=model, quantization=c.generation.quantization,
+                                     torch_threads=c.torch_threads)
+            parallel = None
+            if c.trainer.backend != "single":
+                parallel = {"backend": c.trainer.backend, "master_address": "127.0.0.1", "master_port": _free_port(),
+                            "timeout_s": c.trainer.timeout_s}
+            actor = WorkerGroup(LMActorWorker, "lm-actor", c.trainer.world_size, cpus_per_worker=share, model=model,
+                                algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
+                                torch_threads=c.torch_threads)
+            self.env, self.generation, self.actor = env.workers[0], generation, actor
             log = MetricsLog(self.run_dir, None)
             try:
                 self._publish()
                 self._log(log, self._evaluate("eval/start"))
                 if c.sft.steps:
                     self._sft(log)
-                start = time.perf_counter()
-                for _ in range(c.rl.iterations):
-                    metrics = self._rl_iteration()
-                    metrics["time/elapsed_s"] = time.perf_counter() - start
-                    final = self.iteration == c.rl.iterations
-                    if final or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
-                        metrics.update(self._evaluate("eval"))
-                    self._log(log, metrics)
+                self._train(log)
                 self._save()
             finally:
                 log.close()
@@ -73,71 +84,170 @@ class ReasoningRunner:
                     group.kill()
         return self.evaluations
 
-    def _publish(self) -> None:
-        weights = self.actor.get_weights.remote()
-        ray.get([worker.load_weights.remote(weights) for worker in self.generation.workers])
+    def _env_group(self, share: float) -> WorkerGroup:
+        """The env worker's group (one worker): the train env and the held-out problems."""
+        c = self.config
+        group_size = c.algorithm.group_size
+        return WorkerGroup(TextEnvWorker, "text-env", 1, cpus_per_worker=share, task=sim_envs.get_task(c.task),
+                           options=dict(c.env), num_envs=c.rl.prompts_per_iteration * group_size,
+                           group_size=group_size, seed=c.seed)
 
-    def _generate(self, questions: list[str], temperature: float, seed: int) -> list[dict]:
-        """Split ``questions`` over the generation workers (contiguous parts, so groups stay together mostly)."""
+    def _actor(self, method: str, *args) -> list:
+        """``method`` started on every trainer rank at once (data-parallel calls are collective); the futures,
+        rank 0's first (the one that returns the whole batch's metrics and the whole model)."""
+        return self.actor.call(method, *args)
+
+    def _publish(self) -> None:
+        weights, *others = self._actor("get_weights")
+        self.published_version = ray.get([worker.load_weights.remote(weights) for worker in self.generation.workers])[0]
+        ray.get(others)
+
+    def _start_generation(self, questions: list, temperature: float, seed: int, method: str = "generate") -> list:
+        """Split ``questions`` over the generation workers (contiguous parts, so groups stay together mostly);
+        the futures of their answers. ``method``: the workers' ``generate`` (question strings) or ``generate_ids``
+        (prompt token-id lists)."""
         c = self.config.generation
         parts = np.array_split(np.arange(len(questions)), len(self.generation.workers))
-        futures = [worker.generate.remote([questions[i] for i in part],
-                                          dict(max_new_tokens=c.max_new_tokens, temperature=temperature,
-                                               seed=seed * 1009 + rank))
-                   for rank, (worker, part) in enumerate(zip(self.generation.workers, parts)) if len(part)]
-        return [answer for answers in ray.get(futures) for answer in answers]
+        return [getattr(worker, method).remote([questions[i] for i in part],
+                                               dict(max_new_tokens=c.max_new_tokens, temperature=temperature,
+                                                    seed=seed * 1009 + rank))
+                for rank, (worker, part) in enumerate(zip(self.generation.workers, parts)) if len(part)]
+
+    def _generate(self, questions: list[str], temperature: float, seed: int) -> list[dict]:
+        return [a for answers in ray.get(self._start_generation(questions, temperature, seed)) for a in answers]
 
     def _evaluate(self, prefix: str) -> dict:
-        c = self.config
-        questions = ray.get(self.env.heldout_questions.remote(c.eval.num_problems))
         started = time.perf_counter()
-        answers = self._generate(questions, c.generation.eval_temperature, seed=10_000_019)
-        result = ray.get(self.env.score_heldout.remote([a["text"] for a in answers]))
-        result = {k.replace("eval/", f"{prefix}/"): v for k, v in result.items()}
+        result = {k.replace("eval/", f"{prefix}/"): v for k, v in self._heldout_metrics().items()}
         result["time/eval_s"] = time.perf_counter() - started
         self.evaluations.update({k: v for k, v in result.items() if k.startswith("eval")})
         print(f"{prefix}: held-out accuracy {result[f'{prefix}/heldout_accuracy']:.3f} on "
               f"{int(result[f'{prefix}/problems'])} problems", file=sys.stderr, flush=True)
         return result
 
+    def _heldout_metrics(self) -> dict:
+        """One held-out evaluation's metrics (``eval/heldout_accuracy``, ``eval/problems``, ...)."""
+        c = self.config
+        questions = ray.get(self.env.heldout_questions.remote(c.eval.num_problems))
+        answers = self._generate(questions, c.generation.eval_temperature, seed=EVAL_SEED)
+        return ray.get(self.env.score_heldout.remote([a["text"] for a in answers]))
+
     def _sft(self, log: MetricsLog) -> None:
-        c = self.config.sft
-        examples = ray.get(self.env.sft_examples.remote())
-        metrics = ray.get(self.actor.sft_update.remote(examples, c.steps, c.batch_size, c.lr))
+        metrics = self._sft_update()
         self._publish()
         metrics.update(self._evaluate("eval/sft"))
         self._log(log, metrics)
 
-    def _rl_iteration(self) -> dict:
+    def _sft_update(self) -> dict:
+        """The SFT warm start on the actor (rank 0's metrics): next-token loss on the train split's answers."""
+        c = self.config.sft
+        examples = ray.get(self.env.sft_examples.remote())
+        return ray.get(self._actor("sft_update", examples, c.steps, c.batch_size, c.lr))[0]
+
+    def _start_batch(self, sampling_round: int = 0) -> list:
+        """Generation of the env's current prompts, started (the futures)."""
         c = self.config
         questions = ray.get(self.env.prompts.remote())
-        started = time.perf_counter()
-        answers = self._generate(questions, c.generation.temperature, seed=c.seed * 100_003 + self.iteration)
-        generate_s = time.perf_counter() - started
-        scored = ray.get(self.env.score.remote([a["text"] for a in answers]))
-        batch = {"prompt_ids": [a["prompt_ids"] for a in answers], "token_ids": [a["token_ids"] for a in answers],
-                 "logprobs": [a["logprobs"] for a in answers], "scores": scored["rewards"]}
-        r = c.rl
-        metrics = ray.get(self.actor.rl_update.remote(batch, r.lr, c.generation.temperature, r.update_rounds,
-                                                      r.num_minibatches, r.max_grad_norm))
-        self._publish()
-        self.iteration += 1
-        self.responses += len(answers)
-        tokens = sum(len(a["token_ids"]) for a in answers)
-        metrics.update({"train/iteration": self.iteration, "train/reward": float(np.mean(scored["rewards"])),
-                        "reward/outcome": float(np.mean(scored["outcome"])),
-                        "reward/format": float(np.mean(scored["format"])),
-                        "time/generate_s": generate_s, "time/generated_tokens_per_s": tokens / generate_s})
-        return metrics
+        seed = c.seed * 100_003 + self.iteration + 7_919 * sampling_round
+        return self._start_generation(questions, c.generation.temperature, seed=seed)
+
+    def _train(self, log: MetricsLog) -> None:
+        """``rl.iterations`` updates. Synchronous: sample, score, update, publish. Async (``rl.max_staleness=1``):
+        the next batch's generation is started before the update on this one and runs beside it; the new weights
+        reach each generation worker after its current batch (Ray runs an actor's calls in order)."""
+        c = self.config
+        overlap = c.rl.max_staleness > 0
+        start = time.perf_counter()
+        pending = self._start_batch() if c.rl.iterations else None
+        for k in range(c.rl.iterations):
+            step_start = time.perf_counter()
+            answers, scores, metrics = self._collect(pending)
+            metrics["time/generate_wait_s"] = metrics.pop("wait_s")
+            batch = self._trainer_batch(answers, scores)
+            r = c.rl
+            trained_version = self.published_version  # the actor's weights as this update starts
+            update_start = time.time()
+            update = self._actor("rl_update", batch, r.lr, c.generation.temperature, r.update_rounds,
+                                 r.num_minibatches, r.max_grad_norm)
+            last = k + 1 == c.rl.iterations
+            self.iteration += 1
+            if overlap and not last:
+                pending = self._start_batch()
+            metrics.update(ray.get(update)[0])
+            update_end = time.time()
+            self._publish()
+            if overlap and not last:  # how long the next batch's generation ran beside this update
+                generation = ray.get(pending)[0][0]
+                metrics["time/overlap_s"] = max(0.0, min(update_end, generation["generate_ended"])
+                                                - max(update_start, generation["generate_started"]))
+            if not overlap and not last:
+                pending = self._start_batch()
+                metrics["time/overlap_s"] = 0.0
+            metrics.update({"train/iteration": self.iteration,
+                            "train/policy_lag": trained_version - min(a["policy_version"] for a in answers),
+                            "time/iteration_s": time.perf_counter() - step_start,
+                            "time/elapsed_s": time.perf_counter() - start})
+            if last or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
+                metrics.update(self._evaluate("eval"))
+            self._log(log, metrics)
+
+    def _trainer_batch(self, answers: list[dict], scores: list[float]) -> dict:
+        """The actor's ``rl_update`` batch from ``_collect``'s answers and scores."""
+        return {"prompt_ids": [a["prompt_ids"] for a in answers], "token_ids": [a["token_ids"] for a in answers],
+                "logprobs": [a["logprobs"] for a in answers], "scores": scores}
+
+    def _collect(self, pending: list) -> tuple[list[dict], list[float], dict]:
+        """The answers to one batch of prompts (``pending``'s) with their scores, and the sampling metrics.
+
+        With dynamic sampling and ``rl.max_sampling_rounds`` > 1 (DAPO's resample-to-fill), groups whose G
+        responses all scored the same are dropped and further prompts are sampled, up to that many rounds, until
+        ``rl.prompts_per_iteration`` informative groups are in hand; the batch is then those groups (fewer if the
+        rounds ran out)."""
+        c = self.config
+        G, wanted = c.algorithm.group_size, c.rl.prompts_per_iteration
+        fill = c.rl.max_sampling_rounds > 1
+        kept_answers, kept_scores, every_score = [], [], {"rewards": [], "outcome": [], "format": []}
+        generate_s = wait_s = 0.0
+        tokens = rounds = 0
+        while True:
+            waiting = time.perf_counter()
+            parts = ray.get(pending)
+            wait_s += time.perf_counter() - waiting
+            rounds += 1
+            answers = [a for part in parts for a in part]
+            scored = ray.get(self.env.score.remote([a["text"] for a in answers]))  # also draws the next prompts
+            self.responses += len(answers)
+            tokens += sum(len(a["token_ids"]) for a in answers)
+            generate_s += max(part[0]["generate_s"] for part in parts if part)
+            for key in every_score:
+                every_score[key].extend(scored[key])
+            rewards = np.asarray(scored["rewards"], dtype=float).reshape(-1, G)
+            for g in range(len(rewards)):
+                if not fill or rewards[g].max() > rewards[g].min():
+                    kept_answers.extend(answers[g * G:(g + 1) * G])
+                    kept_scores.extend(rewards[g].tolist())
+            if not fill or len(kept_scores) >= wanted * G or rounds >= c.rl.max_sampling_rounds:
+                break
+            pending = self._start_batch(rounds)
+        groups = min(len(kept_scores) // G, wanted)  # informative ones, when filling
+        if fill and not kept_scores:  # nothing informative in any round: the last round, which the mask drops
+            kept_answers, kept_scores = answers, rewards.reshape(-1).tolist()
+        metrics = {"train/reward": float(np.mean(every_score["rewards"])),
+                   "reward/outcome": float(np.mean(every_score["outcome"])),
+                   "reward/format": float(np.mean(every_score["format"])),
+                   "train/sampling_rounds": rounds, "train/batch_groups": groups,
+                   "time/generate_s": generate_s, "time/generated_tokens_per_s": tokens / generate_s,
+                   "wait_s": wait_s}
+        return kept_answers[:wanted * G], kept_scores[:wanted * G], metrics
 
     def _log(self, log: MetricsLog, metrics: dict) -> None:
         metrics.setdefault("train/iteration", self.iteration)
         log.log(metrics, self.responses)
 
     def _save(self) -> None:
-        state = ray.get(self.actor.training_state.remote())
+        state = ray.get(self._actor("training_state"))[0]
         counters = {"iteration": self.iteration, "env_steps": self.responses, "task": self.config.task,
                     "eval": self.evaluations}
         save_checkpoint(self.run_dir / "checkpoints", self.iteration, state["weights"], state["trainer_state"],
                         counters, reasoning_yaml(self.config), keep_last=3)
-        ray.get(self.actor.save_pretrained.remote(str(self.run_dir / MODEL_DIR)))
+        ray.get(self._actor("save_pretrained", str(self.run_dir / MODEL_DIR)))

@@ -1,34 +1,49 @@
 """Generation worker: an inference copy of the causal LM behind a generation engine; answers batches of questions
-with sampled responses and each token's log-prob."""
+with sampled responses and each token's log-prob. With ``quantization="int8"`` the engine samples from an int8
+copy, quantised anew after every weight update (``embodied_rl/engines/quantization.py``)."""
 
 from __future__ import annotations
 
+import time
+
 from embodied_rl.engines.generation import SamplingParams
 from embodied_rl.engines.hf_generation import HFGenerationEngine
+from embodied_rl.engines.quantization import quantized_copy
 from embodied_rl.models.causal_lm.chat import build_lm, prompt_ids
 from embodied_rl.runtime import Worker
 from embodied_rl.workers.weights import load_numpy_weights
 
 
 class GenerationWorker(Worker):
-    def __init__(self, model: dict, **kwargs):
+    def __init__(self, model: dict, quantization: str = "none", **kwargs):
         super().__init__(**kwargs)
         self.model, self.tokenizer = build_lm(model["name"], model.get("seed", 0))
         self.model.to(self.device)
-        self.engine = HFGenerationEngine(self.model, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id)
+        self.quantization = quantization
+        self._build_engine()
         self.policy_version = 0
+
+    def _build_engine(self) -> None:
+        sampler = quantized_copy(self.model, self.quantization)
+        self.engine = HFGenerationEngine(sampler, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id)
 
     def load_weights(self, weights_and_version: tuple[dict, int]) -> int:
         state_dict, version = weights_and_version
         load_numpy_weights(self.model, state_dict)
+        if self.quantization != "none":
+            self._build_engine()
         self.policy_version = version
         return version
 
     def generate(self, questions: list[str], params: dict) -> list[dict]:
         """For each question: ``prompt_ids``, ``token_ids``, ``logprobs`` (the engine's), ``text`` (decoded without
-        special tokens), ``finished`` and the ``policy_version`` that answered."""
+        special tokens), ``finished``, the ``policy_version`` that answered, ``generate_s`` (the whole call's
+        seconds) and its wall-clock ``generate_started`` / ``generate_ended`` (``time.time()``)."""
+        started, wall_started = time.perf_counter(), time.time()
         prompts = [prompt_ids(self.tokenizer, q) for q in questions]
         generations = self.engine.generate(prompts, SamplingParams(**params))
+        seconds = time.perf_counter() - started
         return [dict(prompt_ids=p, token_ids=g.token_ids, logprobs=g.logprobs, finished=g.finished,
                      text=self.tokenizer.decode(g.token_ids, skip_special_tokens=True),
-                     policy_version=self.policy_version) for p, g in zip(prompts, generations)]
+                     policy_version=self.policy_version, generate_s=seconds, generate_started=wall_started,
+                     generate_ended=wall_started + seconds) for p, g in zip(prompts, generations)]

@@ -1,9 +1,16 @@
 """LM actor worker: trains the causal LM, by SFT on (question, answer) pairs and by an algorithm of the GRPO family
-(``embodied_rl/algorithms/text_rl.py``) on scored responses."""
+(``embodied_rl/algorithms/text_rl.py``) on scored responses.
+
+Data parallel (``data_parallel={backend: ddp|fsdp, master_address, master_port}``, plus ``rank`` and ``world_size``
+when they are not this worker's own in its group): N such workers form one trainer. Every rank is given the same
+full batch, at the same time; each draws the same minibatch rows (same seed, checked), trains on its contiguous
+slice of each minibatch with the loss scaled so that the averaged gradient is the single-process gradient
+(``engines/training/data_parallel.py``), and rank 0 returns the metrics of the whole batch and the whole model.
+``sft_update``, ``rl_update``, ``get_weights``, ``training_state`` and ``save_pretrained`` are collective: call them
+on every rank concurrently, in the same order."""
 
 from __future__ import annotations
 
-import copy
 import io
 import time
 
@@ -11,6 +18,7 @@ import numpy as np
 import torch
 
 from embodied_rl.algorithms import text_rl
+from embodied_rl.engines.training import DataParallelConfig, DataParallelEngine
 from embodied_rl.models.causal_lm.chat import answer_ids, build_lm, prompt_ids
 from embodied_rl.models.causal_lm.logprobs import response_logprobs
 from embodied_rl.runtime import Worker
@@ -18,11 +26,15 @@ from embodied_rl.workers.weights import weights_to_numpy
 
 
 class LMActorWorker(Worker):
-    def __init__(self, model: dict, algorithm: text_rl.TextRLConfig, seed: int = 0, **kwargs):
+    def __init__(self, model: dict, algorithm: text_rl.TextRLConfig, seed: int = 0,
+                 data_parallel: dict | None = None, **kwargs):
         super().__init__(**kwargs)
         torch.manual_seed(seed)
         self.model, self.tokenizer = build_lm(model["name"], model.get("seed", 0))
         self.model.to(self.device).train()
+        parallel = {"rank": self.rank, "world_size": self.world_size, **data_parallel} if data_parallel else {}
+        self.engine = DataParallelEngine(self.model, DataParallelConfig(**parallel), self.device)
+        self.engine.check_same(seed, "the actor's seed")  # the minibatch rows are drawn alike on every rank
         self.algorithm = algorithm
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.0)
         self.generator = torch.Generator().manual_seed(seed + 1000)
@@ -30,17 +42,31 @@ class LMActorWorker(Worker):
         self.policy_version = 0
         self.pad_id = self.tokenizer.pad_token_id
 
-    def get_weights(self) -> tuple[dict, int]:
-        return weights_to_numpy(self.model), self.policy_version
+    def get_weights(self) -> tuple[dict, int] | None:
+        """``({name: array}, policy_version)``: the whole model (rank 0; None on the other data-parallel ranks)."""
+        if not self.engine.distributed:
+            return weights_to_numpy(self.model), self.policy_version
+        state = self.engine.full_state_dict()
+        if state is None:
+            return None
+        return {name: value.detach().cpu().numpy().copy() for name, value in state.items()}, self.policy_version
 
     def _step(self, loss: torch.Tensor, lr: float, max_grad_norm: float) -> float:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_grad_norm)
+        norm = self.engine.clip_grad_norm_(max_grad_norm)
         self.optimizer.step()
-        return float(norm)
+        return norm
+
+    def _local_rows(self, rows: list[int], denominator) -> tuple[list[int], float | None]:
+        """This rank's slice of minibatch ``rows`` and the factor on its loss (None: one process, no factor), from
+        ``denominator(rows)``, the loss aggregation's denominator over some rows. May be empty."""
+        if not self.engine.distributed:
+            return rows, None
+        local = self.engine.shard(rows)
+        return local, self.engine.loss_scale(denominator(local), denominator(rows)) if local else 0.0
 
     def sft_update(self, examples: list[tuple[str, str]], steps: int, batch_size: int, lr: float) -> dict:
         """``steps`` steps of next-token cross-entropy on the answers (the prompts are not trained on)."""
@@ -48,12 +74,20 @@ class LMActorWorker(Worker):
         encoded = [(prompt_ids(self.tokenizer, q), answer_ids(self.tokenizer, a)) for q, a in examples]
         losses = []
         for _ in range(steps):
-            rows = torch.randint(len(encoded), (min(batch_size, len(encoded)),), generator=self.generator).tolist()
-            logp, mask = response_logprobs(self.model, [encoded[i][0] for i in rows], [encoded[i][1] for i in rows],
-                                           self.pad_id)
+            rows_drawn = torch.randint(len(encoded), (min(batch_size, len(encoded)),),
+                                       generator=self.generator).tolist()
+            rows, scale = self._local_rows(rows_drawn, lambda idx: sum(len(encoded[i][1]) for i in idx))
+            rows = rows or rows_drawn[:1]  # an empty slice still runs the collective forward and backward, at 0
+            logp, mask = response_logprobs(self.engine.module, [encoded[i][0] for i in rows],
+                                           [encoded[i][1] for i in rows], self.pad_id)
             loss = -(logp * mask).sum() / mask.sum()
+            if scale is not None:
+                loss = loss * scale
             self._step(loss, lr, 1.0)
-            losses.append(loss.item())
+            # Data parallel: the ranks' scaled losses sum, divided by world_size, to the whole minibatch's loss.
+            losses.append(loss.item() if scale is None else loss.item() / self.engine.world_size)
+        if self.engine.distributed:
+            losses = self.engine.all_reduce_sum(losses)
         self.policy_version += 1
         return {"sft/loss": sum(losses[-10:]) / len(losses[-10:]), "sft/first_loss": losses[0], "sft/steps": steps,
                 "time/sft_s": time.perf_counter() - start}
@@ -61,61 +95,138 @@ class LMActorWorker(Worker):
     def rl_update(self, batch: dict, lr: float, temperature: float, update_rounds: int = 1,
                   num_minibatches: int = 1, max_grad_norm: float = 1.0) -> dict:
         """One update on a group-contiguous batch: ``prompt_ids`` and ``token_ids`` (lists of N id lists),
-        ``logprobs`` (the engine's, N lists), ``scores`` ``[N]``."""
+        ``logprobs`` (the engine's, N lists), ``scores`` ``[N]``, optionally ``loss_mask`` (N lists of 0/1, one per
+        response token; absent: all 1): tokens at 0 (e.g. tool results the environment inserted into a multi-turn
+        response) are neither trained on nor counted in the rollout/trainer log-prob difference."""
         start = time.perf_counter()
         config = self.algorithm
         lengths = torch.tensor([len(t) for t in batch["token_ids"]])
         adv, keep, metrics = text_rl.advantages(torch.tensor(np.asarray(batch["scores"])), lengths, config)
-        rows = [i for i in range(len(lengths)) if keep[i] and lengths[i] > 0]
+        loss_mask = batch.get("loss_mask")
+        trained = lengths if loss_mask is None else trained_tokens(loss_mask, lengths)
+        rows = [i for i in range(len(lengths)) if keep[i] and trained[i] > 0]
         metrics.update({"train/response_length": lengths.float().mean().item(), "train/trained_responses": len(rows)})
         if not rows:
             return {**metrics, "train/gradient_steps": 0, "time/update_s": time.perf_counter() - start}
         prompts = [batch["prompt_ids"][i] for i in rows]
         responses = [batch["token_ids"][i] for i in rows]
-        adv = adv[rows]
+        adv = adv[rows].to(self.device)
         width = max(len(r) for r in responses)
-        rollout = torch.zeros(len(rows), width)
+        rollout = torch.zeros(len(rows), width, device=self.device)
         for j, i in enumerate(rows):
             rollout[j, :len(batch["logprobs"][i])] = torch.tensor(batch["logprobs"][i])
+        # Every rank draws the same minibatches of rows and takes its slice of each; the old (and reference)
+        # log-probs are those of the rows its slices hold (one process: all rows), before any step.
+        agg = config.setting("loss_agg")
+        counts = [int(trained[i]) for i in rows]
+
+        def denominator(idx: list[int]) -> float:
+            return aggregation_denominator(agg, [counts[i] for i in idx], [len(responses[i]) for i in idx])
+
+        plan = [[self._local_rows(part.tolist(), denominator)
+                 for part in torch.chunk(torch.randperm(len(rows), generator=self.generator), num_minibatches)]
+                for _ in range(update_rounds)]
+        needed = sorted({i for round_plan in plan for idx, _ in round_plan for i in idx} or {0})
+        at = {row: j for j, row in enumerate(needed)}
         with torch.no_grad():
-            old, mask = response_logprobs(self.model, prompts, responses, self.pad_id, temperature)
+            old, mask = response_logprobs(self.model, [prompts[i] for i in needed], [responses[i] for i in needed],
+                                          self.pad_id, temperature)
+            if loss_mask is not None:
+                mask = mask * token_mask([loss_mask[rows[i]] for i in needed], mask.shape[1]).to(mask.device)
             ref = None
             if config.kl_coef > 0:
                 if self.reference is None:  # the model as RL starts (the SFT result)
-                    self.reference = copy.deepcopy(self.model).eval()
-                ref, _ = response_logprobs(self.reference, prompts, responses, self.pad_id, temperature)
+                    self.reference = self.engine.frozen_copy()
+                ref, _ = response_logprobs(self.reference, [prompts[i] for i in needed],
+                                           [responses[i] for i in needed], self.pad_id, temperature)
         sums: dict = {}
-        steps = 0
-        for _ in range(update_rounds):
-            order = torch.randperm(len(rows), generator=self.generator)
-            for part in torch.chunk(order, num_minibatches):
-                idx = part.tolist()
-                logp, _ = response_logprobs(self.model, [prompts[i] for i in idx], [responses[i] for i in idx],
-                                            self.pad_id, temperature)
-                m = mask[idx][:, :logp.shape[1]]
-                loss, loss_metrics = text_rl.loss(logp, old[idx][:, :logp.shape[1]], m, adv[idx], config,
-                                                  ref[idx][:, :logp.shape[1]] if ref is not None else None,
-                                                  rollout[idx][:, :logp.shape[1]])
+        steps = weight_total = 0
+        for round_plan in plan:
+            for local, scale in round_plan:
+                idx = local or [needed[0]]  # an empty slice still runs the collective forward and backward, at 0
+                logp, _ = response_logprobs(self.engine.module, [prompts[i] for i in idx],
+                                            [responses[i] for i in idx], self.pad_id, temperature)
+                sel, w = [at[i] for i in idx], logp.shape[1]
+                loss, loss_metrics = text_rl.loss(logp, old[sel][:, :w], mask[sel][:, :w], adv[idx], config,
+                                                  ref[sel][:, :w] if ref is not None else None, rollout[idx][:, :w])
+                if scale is not None:
+                    loss = loss * scale
                 loss_metrics["grad_norm"] = self._step(loss, lr, max_grad_norm)
                 loss_metrics["loss"] = loss.item()
+                if scale is not None:  # summed over ranks below: the minibatch's loss, the rest weighted by rows
+                    weight = len(local)
+                    loss_metrics = {k: v * weight for k, v in loss_metrics.items()}
+                    loss_metrics["loss"] = loss.item() / self.engine.world_size
+                    weight_total += weight
                 for k, v in loss_metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 steps += 1
-        diff = ((old - rollout).abs() * mask).sum() / mask.sum()
         self.policy_version += 1
-        metrics.update({f"train/{k}": v / steps for k, v in sums.items()})
+        if not self.engine.distributed:
+            diff = (((old - rollout).abs() * mask).sum() / mask.sum()).item()
+            metrics.update({f"train/{k}": v / steps for k, v in sums.items()})
+        else:
+            # The first round's slices partition the rows across ranks: the difference over each row once.
+            own_rows = [i for local, _ in plan[0] for i in local]
+            own = [at[i] for i in own_rows]
+            gap = ((old[own] - rollout[own_rows][:, :old.shape[1]]).abs() * mask[own]).sum().item()
+            keys = sorted(sums)
+            *totals, weight_total, gap, tokens = self.engine.all_reduce_sum(
+                [sums[k] for k in keys] + [weight_total, gap, mask[own].sum().item()])
+            metrics.update({f"train/{k}": v / (steps if k == "loss" else weight_total) for k, v in zip(keys, totals)})
+            diff = gap / tokens
         metrics.update({"train/gradient_steps": steps, "train/policy_version": self.policy_version,
-                        "train/rollout_trainer_logp_diff": diff.item(), "time/update_s": time.perf_counter() - start})
+                        "train/rollout_trainer_logp_diff": diff, "time/update_s": time.perf_counter() - start})
         return metrics
 
-    def training_state(self) -> dict:
+    def training_state(self) -> dict | None:
+        """``{"weights", "trainer_state"}`` of the whole trainer (rank 0; None on the other data-parallel ranks).
+        Under FSDP the optimizer state is keyed by parameter name (``engine.optimizer_state_dict``)."""
+        optimizer = self.engine.optimizer_state_dict(self.optimizer) if self.engine.distributed else \
+            self.optimizer.state_dict()
+        weights = self.get_weights()
+        if weights is None:
+            return None
         buffer = io.BytesIO()
-        torch.save({"optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+        torch.save({"optimizer": optimizer, "torch_rng": torch.get_rng_state(),
                     "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version}, buffer)
-        return {"weights": weights_to_numpy(self.model), "trainer_state": buffer.getvalue()}
+        return {"weights": weights[0], "trainer_state": buffer.getvalue()}
 
-    def save_pretrained(self, directory: str) -> str:
-        """The model and tokenizer in the Hugging Face layout (loadable as ``model.name=<directory>``)."""
+    def save_pretrained(self, directory: str) -> str | None:
+        """The model and tokenizer in the Hugging Face layout (loadable as ``model.name=<directory>``), written by
+        rank 0 (the others return None)."""
         from embodied_rl.models.causal_lm.loading import save_causal_lm
 
-        return str(save_causal_lm(self.model, self.tokenizer, directory))
+        model = self.engine.full_module() if self.engine.distributed else self.model
+        return None if model is None else str(save_causal_lm(model, self.tokenizer, directory))
+
+
+def trained_tokens(loss_mask: list[list[int]], lengths: torch.Tensor) -> torch.Tensor:
+    """``[N]`` trained tokens per response from ``loss_mask`` (N lists of 0/1, each as long as its response)."""
+    for i, (row, length) in enumerate(zip(loss_mask, lengths.tolist())):
+        if len(row) != length or any(v not in (0, 1) for v in row):
+            raise ValueError(f"loss_mask[{i}] must hold one 0 or 1 per response token ({length}), got {row}")
+    if len(loss_mask) != len(lengths):
+        raise ValueError(f"loss_mask has {len(loss_mask)} rows for {len(lengths)} responses")
+    return torch.tensor([sum(row) for row in loss_mask])
+
+
+def token_mask(loss_mask: list[list[int]], width: int) -> torch.Tensor:
+    """``[B, width]`` float: ``loss_mask`` rows right-padded with 0 (cut to ``width``)."""
+    mask = torch.zeros(len(loss_mask), width)
+    for row, values in enumerate(loss_mask):
+        mask[row, :min(len(values), width)] = torch.tensor(values[:width], dtype=torch.float)
+    return mask
+
+
+def aggregation_denominator(agg: str, tokens: list[int], lengths: list[int]) -> float:
+    """What ``algorithms.losses.aggregate_loss(agg)`` divides a minibatch's loss by, for rows with ``tokens``
+    trained tokens and ``lengths`` response tokens each: the trained tokens (token-mean), the rows (the sequence
+    means) or the padded width, the longest response (seq-mean-token-sum-norm). 0 for no rows."""
+    if not tokens:
+        return 0.0
+    if agg == "token-mean":
+        return float(sum(tokens))
+    if agg == "seq-mean-token-sum-norm":
+        return float(max(lengths))
+    return float(len(tokens))
