@@ -1,5 +1,6 @@
 """``embodied-rl train --task math_arith`` (any text task): resolve the reasoning config, create the run directory,
-train a causal LM (SFT, then the GRPO-family algorithm), write ``summary.json``."""
+train a causal LM (SFT, then the GRPO-family algorithm), write ``summary.json``. A task whose env is multi-turn
+(``math_tool``) runs ``MultiTurnReasoningRunner``, single-turn ones ``ReasoningRunner``."""
 
 from __future__ import annotations
 
@@ -23,28 +24,35 @@ def is_text_task(task: str | None) -> bool:
     return sim_envs.get_task(task).simulator == TEXT_SIMULATOR
 
 
-def _check_task_starts(config) -> None:
+def _check_task_starts(config) -> bool:
     """Build the task's train and held-out sets in this process: a bad ``env.*`` option is one line, before
-    anything is written."""
+    anything is written. Whether the task's env is multi-turn (its ``multi_turn`` flag, ``TextTaskEnv``'s)."""
     import sim_envs
 
+    multi_turn = []
     try:
         for split in ("train", "heldout"):
-            sim_envs.make(config.task, config.algorithm.group_size, split=split, group_size=config.algorithm.group_size,
-                          **dict(config.env)).close()
+            env = sim_envs.make(config.task, config.algorithm.group_size, split=split,
+                                group_size=config.algorithm.group_size, **dict(config.env))
+            multi_turn.append(bool(getattr(env, "multi_turn", False)))
+            env.close()
     except (sim_envs.TaskConfigError, TypeError, ValueError) as error:
         raise ConfigError(f"task {config.task!r} with env options {dict(config.env)}: {error}") from None
+    return any(multi_turn)
 
 
 def run_reasoning_train(task: str, config_file: str | None, overrides: list[str], run_dir: str | None,
                         resume: bool) -> int:
-    from embodied_rl.runners.reasoning import ReasoningRunner
-
     if resume:
         raise ConfigError("--resume: reasoning runs cannot be resumed yet; start a new run (model.name=<run>/model "
                           "starts from a finished run's model)")
     config = load_reasoning_config(task, config_file, overrides)
-    _check_task_starts(config)
+    if _check_task_starts(config):  # a conversation env: the multi-turn rollout (refusing what it cannot do)
+        from embodied_rl.runners.reasoning_multi_turn import MultiTurnReasoningRunner as Runner, check_multi_turn
+
+        check_multi_turn(config)
+    else:
+        from embodied_rl.runners.reasoning import ReasoningRunner as Runner
     directory = Path(run_dir or config.run_dir or Path(config.runs_root) / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}")
     if directory.exists() and any(directory.iterdir()):
         raise ConfigError(f"run_dir {directory} already exists and is not empty; choose another directory")
@@ -53,7 +61,7 @@ def run_reasoning_train(task: str, config_file: str | None, overrides: list[str]
     write_text_atomic(directory / "config.yaml", reasoning_yaml(config))
     print(f"run directory: {directory}", flush=True)
     started = time.perf_counter()
-    runner = ReasoningRunner(config, directory)
+    runner = Runner(config, directory)
     evaluations = runner.run()
     summary = {"run_dir": str(directory), "iterations": runner.iteration, "responses": runner.responses,
                "wall_s": round(time.perf_counter() - started, 1), **evaluations}

@@ -36,11 +36,16 @@ class GenerationWorker(Worker):
         return version
 
     def generate(self, questions: list[str], params: dict) -> list[dict]:
-        """For each question: ``prompt_ids``, ``token_ids``, ``logprobs`` (the engine's), ``text`` (decoded without
-        special tokens), ``finished``, the ``policy_version`` that answered, ``generate_s`` (the whole call's
-        seconds) and its wall-clock ``generate_started`` / ``generate_ended`` (``time.time()``)."""
+        """For each question (through the tokenizer's chat template): as ``generate_ids`` on its prompt ids."""
+        return self.generate_ids([prompt_ids(self.tokenizer, q) for q in questions], params)
+
+    def generate_ids(self, prompts: list[list[int]], params: dict) -> list[dict]:
+        """For each prompt (token ids, e.g. a multi-turn conversation so far): ``prompt_ids``, ``token_ids``,
+        ``logprobs`` (the engine's), ``text`` (decoded without special tokens), ``finished``, the
+        ``policy_version`` that answered, ``generate_s`` (the whole call's seconds) and its wall-clock
+        ``generate_started`` / ``generate_ended`` (``time.time()``)."""
         started, wall_started = time.perf_counter(), time.time()
-        prompts = [prompt_ids(self.tokenizer, q) for q in questions]
+        prompts = [list(p) for p in prompts]
         generations = self.engine.generate(prompts, SamplingParams(**params))
         seconds = time.perf_counter() - started
         return [dict(prompt_ids=p, token_ids=g.token_ids, logprobs=g.logprobs, finished=g.finished,

@@ -1,13 +1,14 @@
-"""LM actor worker: trains the causal LM, by SFT on (question, answer) pairs and by an algorithm of the GRPO family
-(``embodied_rl/algorithms/text_rl.py``) on scored responses.
+"""LM actor worker: trains the causal LM, by SFT on (question, answer) pairs (or on token ids with a loss mask: a
+multi-turn demonstration) and by an algorithm of the GRPO family (``embodied_rl/algorithms/text_rl.py``) on scored
+responses.
 
 Data parallel (``data_parallel={backend: ddp|fsdp, master_address, master_port}``, plus ``rank`` and ``world_size``
 when they are not this worker's own in its group): N such workers form one trainer. Every rank is given the same
 full batch, at the same time; each draws the same minibatch rows (same seed, checked), trains on its contiguous
 slice of each minibatch with the loss scaled so that the averaged gradient is the single-process gradient
 (``engines/training/data_parallel.py``), and rank 0 returns the metrics of the whole batch and the whole model.
-``sft_update``, ``rl_update``, ``get_weights``, ``training_state`` and ``save_pretrained`` are collective: call them
-on every rank concurrently, in the same order."""
+``sft_update``, ``sft_update_ids``, ``rl_update``, ``get_weights``, ``training_state`` and ``save_pretrained`` are
+collective: call them on every rank concurrently, in the same order."""
 
 from __future__ import annotations
 
@@ -70,16 +71,31 @@ class LMActorWorker(Worker):
 
     def sft_update(self, examples: list[tuple[str, str]], steps: int, batch_size: int, lr: float) -> dict:
         """``steps`` steps of next-token cross-entropy on the answers (the prompts are not trained on)."""
+        encoded = [dict(prompt_ids=prompt_ids(self.tokenizer, q), token_ids=answer_ids(self.tokenizer, a))
+                   for q, a in examples]
+        return self.sft_update_ids(encoded, steps, batch_size, lr)
+
+    def sft_update_ids(self, examples: list[dict], steps: int, batch_size: int, lr: float) -> dict:
+        """``steps`` steps of next-token cross-entropy (mean over the trained tokens of each minibatch) on examples
+        given as ids: ``prompt_ids`` (not trained on), ``token_ids`` and optionally ``loss_mask`` (one 0/1 per
+        token; absent: all 1), e.g. a multi-turn demonstration whose env turns are not the model's to learn.
+        ``sft/trained_tokens`` and ``sft/response_tokens``: over every example, once."""
         start = time.perf_counter()
-        encoded = [(prompt_ids(self.tokenizer, q), answer_ids(self.tokenizer, a)) for q, a in examples]
+        lengths = torch.tensor([len(e["token_ids"]) for e in examples])
+        masks = [e.get("loss_mask") or [1] * len(e["token_ids"]) for e in examples]
+        counts = trained_tokens(masks, lengths).tolist()
+        pool = [i for i, count in enumerate(counts) if count]  # the examples with a token to train on
+        if not pool:
+            raise ValueError("sft_update_ids: no example has a token to train on (every loss_mask is 0)")
         losses = []
         for _ in range(steps):
-            rows_drawn = torch.randint(len(encoded), (min(batch_size, len(encoded)),),
-                                       generator=self.generator).tolist()
-            rows, scale = self._local_rows(rows_drawn, lambda idx: sum(len(encoded[i][1]) for i in idx))
+            rows_drawn = [pool[j] for j in torch.randint(len(pool), (min(batch_size, len(pool)),),
+                                                         generator=self.generator).tolist()]
+            rows, scale = self._local_rows(rows_drawn, lambda idx: sum(counts[i] for i in idx))
             rows = rows or rows_drawn[:1]  # an empty slice still runs the collective forward and backward, at 0
-            logp, mask = response_logprobs(self.engine.module, [encoded[i][0] for i in rows],
-                                           [encoded[i][1] for i in rows], self.pad_id)
+            logp, mask = response_logprobs(self.engine.module, [examples[i]["prompt_ids"] for i in rows],
+                                           [examples[i]["token_ids"] for i in rows], self.pad_id)
+            mask = mask * token_mask([masks[i] for i in rows], mask.shape[1]).to(mask.device)
             loss = -(logp * mask).sum() / mask.sum()
             if scale is not None:
                 loss = loss * scale
@@ -90,6 +106,7 @@ class LMActorWorker(Worker):
             losses = self.engine.all_reduce_sum(losses)
         self.policy_version += 1
         return {"sft/loss": sum(losses[-10:]) / len(losses[-10:]), "sft/first_loss": losses[0], "sft/steps": steps,
+                "sft/trained_tokens": sum(counts), "sft/response_tokens": int(lengths.sum()),
                 "time/sft_s": time.perf_counter() - start}
 
     def rl_update(self, batch: dict, lr: float, temperature: float, update_rounds: int = 1,
@@ -105,7 +122,9 @@ class LMActorWorker(Worker):
         loss_mask = batch.get("loss_mask")
         trained = lengths if loss_mask is None else trained_tokens(loss_mask, lengths)
         rows = [i for i in range(len(lengths)) if keep[i] and trained[i] > 0]
-        metrics.update({"train/response_length": lengths.float().mean().item(), "train/trained_responses": len(rows)})
+        metrics.update({"train/response_length": lengths.float().mean().item(), "train/trained_responses": len(rows),
+                        "train/response_tokens": int(lengths.sum()),
+                        "train/trained_tokens": int(sum(int(trained[i]) for i in rows))})
         if not rows:
             return {**metrics, "train/gradient_steps": 0, "time/update_s": time.perf_counter() - start}
         prompts = [batch["prompt_ids"][i] for i in rows]

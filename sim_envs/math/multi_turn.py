@@ -24,14 +24,13 @@ Reward, each part reported in ``info`` where a conversation ends:
 
 from __future__ import annotations
 
-import random
 import re
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from sim_envs.math.arithmetic import OPERATORS, SPLITS, Problem, split_of
+from sim_envs.math.arithmetic import OPERATORS, Problem, draw_problems
 from sim_envs.math.calculator import CalcError, calculate, format_number
 from sim_envs.math.text_env import TextTaskEnv
 from sim_envs.vector_env import EpisodeStats, StepBatch
@@ -47,25 +46,10 @@ def generate_problems(count: int, split: str = "train", seed: int = 0, digits: i
                       operators: tuple[str, ...] = OPERATORS, heldout_share: float = 0.1) -> list[Problem]:
     """``count`` distinct problems of ``split`` with ``terms`` (2 to ``MAX_TERMS``) operands below ``10 ** digits``,
     the same list for the same arguments; splits by ``arithmetic.split_of``, the hash ``math_arith`` splits by."""
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r}; allowed: {', '.join(SPLITS)}")
     if not 1 <= digits <= 4 or not 2 <= terms <= MAX_TERMS or not operators or set(operators) - set(OPERATORS):
         raise ValueError(f"digits={digits} (1-4), terms={terms} (2-{MAX_TERMS}), operators={operators} "
                          f"({OPERATORS})")
-    space = (10 ** digits) ** terms * len(operators) ** (terms - 1)
-    share = heldout_share if split == "heldout" else 1 - heldout_share
-    if count > space * share / 2:
-        raise ValueError(f"{count} {split} problems asked of about {int(space * share)} possible ones; "
-                         f"allowed: at most half of them (raise digits or terms)")
-    rng = random.Random(f"tool:{seed}:{split}:{digits}:{terms}:{''.join(operators)}")
-    seen: dict[str, Problem] = {}
-    while len(seen) < count:
-        values = [rng.randrange(10 ** digits) for _ in range(terms)]
-        ops = [rng.choice(operators) for _ in range(terms - 1)]
-        question = "".join(f"{v}{o}" for v, o in zip(values, ops)) + str(values[-1])
-        if question not in seen and split_of(question, heldout_share) == split:
-            seen[question] = Problem(question, format_number(calculate(question)))
-    return list(seen.values())
+    return draw_problems(count, split, f"tool:{seed}", digits, terms, tuple(operators), heldout_share)
 
 
 @dataclass(frozen=True)
@@ -129,6 +113,7 @@ class ToolTaskEnv(TextTaskEnv):
     """N conversations on group-contiguous problems; see the module docstring."""
 
     stop_strings = STOP_STRINGS
+    multi_turn = True
 
     def __init__(self, problems: list[Problem], num_envs: int, seed: int = 0, group_size: int = 1,
                  outcome_weight: float = 1.0, format_weight: float = 0.0, use_math_verify: bool = True,

@@ -64,7 +64,7 @@ TOOL_ENV_KEYS = (*ENV_KEYS, "malformed_penalty", "call_cost")
 
 
 @register_task("math_tool", "Multi-term arithmetic over several turns with a calculator tool (<calc>12*7</calc>)",
-               TEXT_SIMULATOR)
+               TEXT_SIMULATOR, builtin=True)
 def math_tool(num_envs: int, split: str = "train", count: int = 2000, heldout_count: int = 500, digits: int = 2,
               terms: int = 4, operators: str = "+-*", max_turns: int = 3, heldout_share: float = 0.1,
               **options) -> ToolTaskEnv:

@@ -19,6 +19,9 @@ from sim_envs.vector_env import EpisodeStats, StepBatch
 class TextTaskEnv:
     single_action_shape = ()
     max_episode_steps = 1
+    multi_turn = False
+    """True for a conversation env (``reset``, then ``step`` turn by turn until every conversation is over), as
+    ``multi_turn.ToolTaskEnv``; trainers pick their rollout by it."""
 
     def __init__(self, problems: list[Problem], num_envs: int, seed: int = 0, group_size: int = 1,
                  outcome_weight: float = 1.0, format_weight: float = 0.0, use_math_verify: bool = True):

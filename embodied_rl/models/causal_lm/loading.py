@@ -35,15 +35,25 @@ def build_tiny_causal_lm(size: str = "tiny", max_positions: int = 256, seed: int
 
 def load_causal_lm(directory: str | Path):
     """``(model, tokenizer)`` from a local checkpoint directory (any ``AutoModelForCausalLM`` architecture)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    directory = Path(directory)
+    tokenizer = load_tokenizer(directory)
+    model = AutoModelForCausalLM.from_pretrained(Path(directory), local_files_only=True)
+    return model, tokenizer
+
+
+def load_tokenizer(name: str | Path):
+    """The tokenizer alone of what ``build_lm(name)`` builds (no model, no weights read): the character tokenizer
+    for ``tiny`` / ``small``, else the checkpoint directory's own (``AutoTokenizer``, local files only)."""
+    if str(name) in TINY_SIZES:
+        return build_char_tokenizer()
+    from transformers import AutoTokenizer
+
+    directory = Path(name)
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"{directory} is not a Hugging Face checkpoint directory (no config.json); "
                                 "models are loaded from local files only")
-    model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    return model, tokenizer
+    return AutoTokenizer.from_pretrained(directory, local_files_only=True)
 
 
 def save_causal_lm(model, tokenizer, directory: str | Path) -> Path:

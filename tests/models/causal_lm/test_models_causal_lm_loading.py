@@ -32,3 +32,16 @@ def test_the_same_seed_builds_the_same_model_and_a_missing_directory_is_named(tm
         load_causal_lm(tmp_path)
     with pytest.raises(ValueError, match="allowed: tiny, small"):
         build_tiny_causal_lm("huge")
+
+
+def test_the_tokenizer_alone_is_the_one_the_model_is_built_or_saved_with(tmp_path):
+    from embodied_rl.models.causal_lm.loading import load_tokenizer
+
+    model, tokenizer = build_tiny_causal_lm("small")
+    text = "Q: 12*3\nA: <calc>12*3</calc> = 36\n"
+    assert load_tokenizer("small")(text)["input_ids"] == tokenizer(text)["input_ids"]
+    save_causal_lm(model, tokenizer, tmp_path / "ckpt")
+    loaded = load_tokenizer(tmp_path / "ckpt")
+    assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"] and loaded.chat_template == tokenizer.chat_template
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        load_tokenizer(tmp_path / "nothing")
