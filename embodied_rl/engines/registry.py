@@ -14,7 +14,8 @@ INSTALL_HINTS = {
 }
 
 
-def _require(package: str) -> None:
+def engine_package_imports(package: str) -> None:
+    """Raise one ValueError line (what to install) unless ``package`` imports."""
     try:
         importlib.import_module(package)
     except ImportError as error:
@@ -36,7 +37,7 @@ def make_generation_engine(name: str, model=None, tokenizer=None, checkpoint_dir
         from embodied_rl.engines.hf_generation import HFGenerationEngine
 
         return HFGenerationEngine(model, tokenizer.pad_token_id, tokenizer.eos_token_id)
-    _require(name)
+    engine_package_imports(name)
     if checkpoint_dir is None:
         if model is None or tokenizer is None:
             raise ValueError(f"generation engine {name!r} needs checkpoint_dir, or a model and tokenizer to save")

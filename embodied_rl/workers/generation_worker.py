@@ -1,37 +1,44 @@
 """Generation worker: an inference copy of the causal LM behind a generation engine; answers batches of questions
-with sampled responses and each token's log-prob. With ``quantization="int8"`` the engine samples from an int8
-copy, quantised anew after every weight update (``embodied_rl/engines/quantization.py``)."""
+with sampled responses and each token's log-prob. The engine is Hugging Face ``generate`` on the worker's own model
+copy, or vLLM / SGLang (``engines/registry.py``), whose weights are updated in place. With ``quantization="int8"``
+the HF engine samples from an int8 copy, quantised anew after every weight update (``engines/quantization.py``)."""
 
 from __future__ import annotations
 
 import time
 
 from embodied_rl.engines.generation import SamplingParams
-from embodied_rl.engines.hf_generation import HFGenerationEngine
 from embodied_rl.engines.quantization import quantized_copy
+from embodied_rl.engines.registry import make_generation_engine
 from embodied_rl.models.causal_lm.chat import build_lm, prompt_ids
 from embodied_rl.runtime import Worker
 from embodied_rl.workers.weights import load_numpy_weights
 
 
 class GenerationWorker(Worker):
-    def __init__(self, model: dict, quantization: str = "none", **kwargs):
+    def __init__(self, model: dict, quantization: str = "none", engine: str = "hf", **kwargs):
         super().__init__(**kwargs)
         self.model, self.tokenizer = build_lm(model["name"], model.get("seed", 0))
         self.model.to(self.device)
-        self.quantization = quantization
-        self._build_engine()
+        self.quantization, self.engine_name = quantization, engine
+        if engine == "hf":
+            self._build_engine()
+        else:  # the engine loads the checkpoint itself (a copy of the built model when it is not a directory)
+            checkpoint = model["name"] if model["name"] not in ("tiny", "small") else None
+            self.engine = make_generation_engine(engine, self.model, self.tokenizer, checkpoint)
         self.policy_version = 0
 
     def _build_engine(self) -> None:
-        sampler = quantized_copy(self.model, self.quantization)
-        self.engine = HFGenerationEngine(sampler, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id)
+        self.engine = make_generation_engine("hf", quantized_copy(self.model, self.quantization), self.tokenizer)
 
     def load_weights(self, weights_and_version: tuple[dict, int]) -> int:
         state_dict, version = weights_and_version
-        load_numpy_weights(self.model, state_dict)
-        if self.quantization != "none":
-            self._build_engine()
+        if self.engine_name != "hf":
+            self.engine.load_weights(state_dict)
+        else:
+            load_numpy_weights(self.model, state_dict)
+            if self.quantization != "none":
+                self._build_engine()
         self.policy_version = version
         return version
 

@@ -35,7 +35,9 @@ def test_math_arith_trains_sft_then_grpo_and_writes_a_loadable_model(tmp_path):
 @pytest.mark.parametrize("override, key", [("rl.iterations=-1", "rl.iterations"),
                                            ("model.name=/no/such/model", "model.name"),
                                            ("algorithm.name=ppo9", "algorithm.name"),
-                                           ("env.colour=red", "colour")])
+                                           ("env.colour=red", "colour"),
+                                           ("generation.engine=trt", "generation.engine"),
+                                           ("trainer.world_size=2", "trainer.world_size")])
 def test_bad_reasoning_options_are_one_line_and_write_nothing(tmp_path, override, key):
     result = run_cli("train", "--task", "math_arith", "--run-dir", str(tmp_path / "run"), override, cwd=tmp_path)
     assert result.returncode == 2 and key in result.stderr and "Traceback" not in result.stderr, result.stderr
