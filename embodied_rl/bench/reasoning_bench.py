@@ -17,6 +17,7 @@ from pathlib import Path
 
 from embodied_rl.bench import print_report, require_at_least_one
 from embodied_rl.config import ConfigError
+from embodied_rl.runtime import Cluster
 
 TEXT_TASK = "math_arith"
 
@@ -89,10 +90,13 @@ def _train(run_dir: Path, overrides: list[str]) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def _warm_start(root: Path, sft_steps: int, overrides: list[str]) -> str:
-    """SFT once (no RL); the saved model's directory, for every measured run to start from."""
+def _warm_start(root: Path, sft_steps: int, overrides: list[str]) -> list[str]:
+    """SFT once (no RL); the overrides that make every measured run start from its saved model (from the
+    configured model untrained at ``sft_steps=0``)."""
+    if not sft_steps:
+        return ["sft.steps=0"]
     _train(root / "sft", [f"sft.steps={sft_steps}", "rl.iterations=0", *overrides])
-    return str(root / "sft" / "model")
+    return [f"model.name={root / 'sft' / 'model'}", "sft.steps=0"]
 
 
 def seconds_per_iteration(rows: list[dict], skip: int) -> float:
@@ -110,11 +114,11 @@ def run_text_async_bench(iterations: int, sft_steps: int, as_json: bool, overrid
     common = ["torch_threads=1", "eval.every_iterations=0", "eval.num_problems=100", *overrides]
     result: dict = {"task": TEXT_TASK, "iterations": iterations, "skipped_warmup_iterations": skip,
                     "workers": "1 generation worker + 1 LM actor, 1 torch thread each"}
-    with tempfile.TemporaryDirectory(prefix="bench-text-async-") as root:
-        model = _warm_start(Path(root), sft_steps, common)
+    with tempfile.TemporaryDirectory(prefix="bench-text-async-") as root, Cluster(None, None):  # one Ray for all
+        start = _warm_start(Path(root), sft_steps, common)
         for mode, staleness in (("synchronous", 0), ("async", 1)):
-            rows = _train(Path(root) / mode, [f"model.name={model}", "sft.steps=0", f"rl.iterations={iterations}",
-                                              f"rl.max_staleness={staleness}", *common])
+            rows = _train(Path(root) / mode, [*start, f"rl.iterations={iterations}", f"rl.max_staleness={staleness}",
+                                              *common])
             trained = [r for r in rows if "time/iteration_s" in r]
             result[mode] = {"seconds_per_iteration": round(seconds_per_iteration(rows, skip), 4),
                             "generate_s": round(sum(r["time/generate_s"] for r in trained) / len(trained), 4),
@@ -142,11 +146,10 @@ def run_text_tis_bench(iterations: int, sft_steps: int, eval_every: int, as_json
     require_at_least_one(iterations=iterations, eval_every=eval_every)
     common = [f"eval.every_iterations={eval_every}", *overrides]
     result: dict = {"task": TEXT_TASK, "iterations": iterations}
-    with tempfile.TemporaryDirectory(prefix="bench-text-tis-") as root:
-        model = _warm_start(Path(root), sft_steps, common)
+    with tempfile.TemporaryDirectory(prefix="bench-text-tis-") as root, Cluster(None, None):
+        start = _warm_start(Path(root), sft_steps, common)
         for mode, settings in TIS_MODES.items():
-            rows = _train(Path(root) / mode, [f"model.name={model}", "sft.steps=0", f"rl.iterations={iterations}",
-                                              *settings, *common])
+            rows = _train(Path(root) / mode, [*start, f"rl.iterations={iterations}", *settings, *common])
             curve = accuracy_curve(rows)
             diffs = [r["train/rollout_trainer_logp_diff"] for r in rows if "train/rollout_trainer_logp_diff" in r]
             result[mode] = {"accuracy_curve": curve, "start": curve[0][1], "final": curve[-1][1],

@@ -34,7 +34,7 @@ def test_a_generation_worker_samples_from_a_fresh_int8_copy_after_each_weight_up
 
     worker = GenerationWorker.__new__(GenerationWorker)  # the worker's logic in this process, without Ray
     worker.model, worker.tokenizer = build_tiny_causal_lm("tiny", seed=0)
-    worker.quantization = "int8"
+    worker.quantization, worker.engine_name = "int8", "hf"
     worker._build_engine()
     worker.policy_version = 0
     new_model, tokenizer = build_tiny_causal_lm("tiny", seed=5)
