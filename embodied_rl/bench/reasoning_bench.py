@@ -112,8 +112,12 @@ def run_text_async_bench(iterations: int, sft_steps: int, as_json: bool, overrid
     require_at_least_one(iterations=iterations)
     skip = min(2, iterations - 1)
     common = ["torch_threads=1", "eval.every_iterations=0", "eval.num_problems=100", *overrides]
+    from embodied_rl.config.reasoning import load_reasoning_config
+
+    c = load_reasoning_config(TEXT_TASK, None, common)  # what both runs use, named as it is
     result: dict = {"task": TEXT_TASK, "iterations": iterations, "skipped_warmup_iterations": skip,
-                    "workers": "1 generation worker + 1 LM actor, 1 torch thread each"}
+                    "workers": f"{c.generation.num_workers} generation worker(s) + {c.trainer.world_size} trainer "
+                               f"rank(s), {c.torch_threads} torch thread(s) each"}
     with tempfile.TemporaryDirectory(prefix="bench-text-async-") as root, Cluster(None, None):  # one Ray for all
         start = _warm_start(Path(root), sft_steps, common)
         for mode, staleness in (("synchronous", 0), ("async", 1)):
