@@ -40,6 +40,11 @@ class GenerationConfig:
     temperature: float = 1.0
     eval_temperature: float = 0.0
     """0: greedy evaluation."""
+    weight_sync: str = "auto"
+    """How the trainer's weights reach the generation workers after each update: 'broadcast' (a collective from
+    trainer rank 0 into each worker's model in place: gloo, or NCCL when every member is on a GPU), 'object_store'
+    (numpy arrays through Ray's object store) or 'auto': broadcast for engine hf, object_store for vllm and sglang
+    (their engines own their weights; broadcast is refused for them)."""
 
 
 @dataclass
@@ -74,9 +79,13 @@ class RLStageConfig:
 class TrainerConfig:
     backend: str = "single"
     """single (one process), ddp (torch DDP) or fsdp (FSDP2: parameters, gradients and optimizer state sharded);
-    gloo on CPU, NCCL on GPU (``engines/training/data_parallel.py``)."""
+    gloo on CPU, NCCL on GPU (``engines/training/data_parallel.py``); or megatron (megatron-core tensor
+    parallelism of a Llama model, CPU and gloo only: ``engines/training/megatron_engine.py``; the ``megatron``
+    extra)."""
     world_size: int = 1
-    """Trainer processes (data-parallel ranks); each trains on its slice of every minibatch."""
+    """Trainer processes: data-parallel ranks, each training on its slice of every minibatch; with megatron the
+    tensor-parallel size (it must divide the model's attention and key-value heads and MLP width), every rank
+    training on the whole minibatch."""
     timeout_s: float = 600.0
     """Bounds the ranks' rendezvous and every collective: a dead rank fails the run after this long."""
 
@@ -107,6 +116,37 @@ class ReasoningConfig:
     """Threads of the trainer and of each generation worker."""
 
 
+WEIGHT_SYNCS = ("auto", "broadcast", "object_store")
+
+
+def weight_sync(generation: GenerationConfig) -> str:
+    """``generation.weight_sync`` with ``auto`` resolved: ``broadcast`` for the hf engine, else ``object_store``."""
+    if generation.weight_sync != "auto":
+        return generation.weight_sync
+    return "broadcast" if generation.engine == "hf" else "object_store"
+
+
+TRAINER_BACKENDS = ("single", "ddp", "fsdp", "megatron")
+
+
+def _check_megatron(c: ReasoningConfig) -> None:
+    """megatron-core installed, and for the built-in models a tensor-parallel size that splits their heads and
+    MLP (a checkpoint's sizes are checked as the trainer loads it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+        raise ConfigError("trainer.backend='megatron': megatron-core is not installed (pip install "
+                          "'embodied-rl[megatron]')")
+    from embodied_rl.models.causal_lm.loading import TINY_SIZES
+
+    sizes = TINY_SIZES.get(c.model.name)
+    if sizes is not None:
+        tp = c.trainer.world_size
+        _require(sizes["num_attention_heads"] % tp == 0 and sizes["intermediate_size"] % tp == 0,
+                 "trainer.world_size", tp, f"a divisor of model {c.model.name!r}'s {sizes['num_attention_heads']} "
+                 f"heads and {sizes['intermediate_size']} MLP width with trainer.backend=megatron")
+
+
 def _require(condition: bool, key: str, value, allowed: str) -> None:
     if not condition:
         raise ConfigError(f"{key}={value!r} is out of range; allowed: {allowed}")
@@ -116,6 +156,11 @@ def validate_reasoning(c: ReasoningConfig) -> None:
     for key, value, allowed in c.algorithm.problems():
         _require(False, f"algorithm.{key}", value, allowed)
     _require(c.generation.engine in ENGINES, "generation.engine", c.generation.engine, ", ".join(ENGINES))
+    _require(c.generation.weight_sync in WEIGHT_SYNCS, "generation.weight_sync", c.generation.weight_sync,
+             ", ".join(WEIGHT_SYNCS))
+    _require(c.generation.weight_sync != "broadcast" or c.generation.engine == "hf", "generation.weight_sync",
+             c.generation.weight_sync, "auto or object_store with generation.engine other than hf (vLLM and SGLang "
+             "load weights into their own engine)")
     if c.generation.engine != "hf":
         _require(c.generation.quantization == "none", "generation.quantization", c.generation.quantization,
                  "none with generation.engine other than hf (vLLM and SGLang quantise by their own options)")
@@ -133,10 +178,11 @@ def validate_reasoning(c: ReasoningConfig) -> None:
     _require(c.generation.max_new_tokens >= 1, "generation.max_new_tokens", c.generation.max_new_tokens, ">= 1")
     _require(c.generation.temperature > 0, "generation.temperature", c.generation.temperature, "> 0")
     _require(c.generation.eval_temperature >= 0, "generation.eval_temperature", c.generation.eval_temperature, ">= 0")
-    _require(c.trainer.backend in ("single", "ddp", "fsdp"), "trainer.backend", c.trainer.backend,
-             "single, ddp, fsdp")
+    _require(c.trainer.backend in TRAINER_BACKENDS, "trainer.backend", c.trainer.backend, ", ".join(TRAINER_BACKENDS))
     _require(c.trainer.world_size >= 1 and (c.trainer.world_size == 1 or c.trainer.backend != "single"),
-             "trainer.world_size", c.trainer.world_size, "1 for trainer.backend=single; >= 1 for ddp and fsdp")
+             "trainer.world_size", c.trainer.world_size, "1 for trainer.backend=single; >= 1 for ddp, fsdp, megatron")
+    if c.trainer.backend == "megatron":
+        _check_megatron(c)
     _require(c.trainer.timeout_s > 0, "trainer.timeout_s", c.trainer.timeout_s, "> 0 seconds")
     _require(c.sft.steps >= 0, "sft.steps", c.sft.steps, "an integer >= 0")
     _require(c.sft.batch_size >= 1, "sft.batch_size", c.sft.batch_size, "an integer >= 1")

@@ -4,7 +4,8 @@ embedded local Ray for now).
 A text env worker hands out prompts (``rl.prompts_per_iteration`` problems, each ``algorithm.group_size`` times)
 and scores the responses with the task's verifier; generation workers sample the responses with their inference
 copy of the model; the LM actor trains it, first by SFT on the train split (``sft.steps``), then by the chosen
-algorithm of the GRPO family; after each update its weights go to the generation workers through the object store.
+algorithm of the GRPO family; after each update its weights go to the generation workers
+(``generation.weight_sync``: by collective broadcast, or through the object store).
 Held-out accuracy (greedy by default) is measured before training, after SFT and every ``eval.every_iterations``.
 
 With ``rl.max_staleness=1`` (async rollout) the generation workers sample batch k+1 while the actor trains on
@@ -14,7 +15,6 @@ weights, and ``algorithm.tis_cap`` weights each token by min(p_actor / p_sampler
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from pathlib import Path
@@ -23,25 +23,21 @@ import numpy as np
 import ray
 
 import sim_envs
-from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml
+from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml, weight_sync
 from embodied_rl.runtime import Cluster, WorkerGroup
+from embodied_rl.runtime.collective import form_collective
 from embodied_rl.utils.checkpoint import save_checkpoint
 from embodied_rl.utils.metrics_log import MetricsLog
 from embodied_rl.workers.generation_worker import GenerationWorker
 from embodied_rl.workers.lm_actor_worker import LMActorWorker
 from embodied_rl.workers.text_env_worker import TextEnvWorker
 
-def _free_port() -> int:
-    """A TCP port free on this node now, for the trainer ranks' rendezvous."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 EVAL_SEED = 10_000_019
 """Seed of held-out generation (sampled only where ``generation.eval_temperature`` > 0)."""
 MODEL_DIR = "model"
 """Where a finished run writes its model in the Hugging Face layout (``model.name=<run_dir>/model`` loads it)."""
+WEIGHTS_COLLECTIVE = "reasoning-weights"
+"""The collective of trainer rank 0 (its rank 0) and the generation workers, under broadcast weight sync."""
 
 
 class ReasoningRunner:
@@ -52,6 +48,7 @@ class ReasoningRunner:
         self.responses = 0  # env steps of a text task: one response is one step
         self.evaluations: dict[str, float] = {}
         self.published_version = 0
+        self.weights_collective = None  # the collective's name under broadcast weight sync, once formed
 
     def run(self) -> dict:
         c = self.config
@@ -61,17 +58,22 @@ class ReasoningRunner:
             env = self._env_group(share)
             generation = WorkerGroup(GenerationWorker, "generation", c.generation.num_workers, cpus_per_worker=share,
                                      model=model, quantization=c.generation.quantization,
-                                     torch_threads=c.torch_threads)
-            parallel = None
+                                     engine=c.generation.engine, torch_threads=c.torch_threads)
+            parallel = rendezvous = None
             if c.trainer.backend != "single":
-                parallel = {"backend": c.trainer.backend, "master_address": "127.0.0.1", "master_port": _free_port(),
-                            "timeout_s": c.trainer.timeout_s}
+                from embodied_rl.engines.training.data_parallel import serve_rendezvous
+
+                # Served by the driver, which outlives the trainer ranks (the store dies with this object).
+                rendezvous = serve_rendezvous("127.0.0.1", c.trainer.timeout_s)
+                parallel = {"backend": c.trainer.backend, "master_address": "127.0.0.1", "master_port": rendezvous.port,
+                            "served_store": True, "timeout_s": c.trainer.timeout_s}
             actor = WorkerGroup(LMActorWorker, "lm-actor", c.trainer.world_size, cpus_per_worker=share, model=model,
                                 algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
                                 torch_threads=c.torch_threads)
             self.env, self.generation, self.actor = env.workers[0], generation, actor
             log = MetricsLog(self.run_dir, None)
             try:
+                self._form_weight_sync()
                 self._publish()
                 self._log(log, self._evaluate("eval/start"))
                 if c.sft.steps:
@@ -97,10 +99,47 @@ class ReasoningRunner:
         rank 0's first (the one that returns the whole batch's metrics and the whole model)."""
         return self.actor.call(method, *args)
 
-    def _publish(self) -> None:
-        weights, *others = self._actor("get_weights")
-        self.published_version = ray.get([worker.load_weights.remote(weights) for worker in self.generation.workers])[0]
-        ray.get(others)
+    def _form_weight_sync(self) -> None:
+        """With ``generation.weight_sync`` broadcast: make trainer rank 0 (the collective's rank 0) and the generation
+        workers one collective, NCCL when every member computes on a GPU, else gloo."""
+        self.weights_collective = None
+        mode = weight_sync(self.config.generation)
+        members = [self.actor.workers[0], *self.generation.workers]
+        if mode == "broadcast":
+            on_gpu = all(d.startswith("cuda") for d in ray.get([m.device_name.remote() for m in members]))
+            backend = "nccl" if on_gpu else "gloo"
+            form_collective(WEIGHTS_COLLECTIVE, members, backend=backend)
+            self.weights_collective = WEIGHTS_COLLECTIVE
+            mode = f"broadcast over {backend}"
+        print(f"weight sync: {mode}, trainer rank 0 -> {len(self.generation.workers)} generation workers",
+              file=sys.stderr, flush=True)
+
+    def _publish(self) -> float:
+        """The trainer's weights and version to every generation worker; returns the seconds it took once they were
+        free (``time/weight_sync_s``).
+
+        In async mode a worker may still be generating: Ray runs its calls one at a time, so a receive would wait
+        behind the generate while trainer rank 0 sat in the broadcast, bounded by the collective's timeout. The
+        broadcast therefore starts once every worker has answered a ping (the object-store path pings too, to time
+        the same thing, after starting the trainer's copy of its weights, which needs no worker)."""
+        workers, name = self.generation.workers, self.weights_collective
+        gathered = None if name else self._actor("get_weights")
+        ray.get([worker.ping.remote() for worker in workers])
+        started = time.perf_counter()
+        if name:
+            sent = self._actor("broadcast_weights", name)
+            received = [worker.receive_weights.remote(name) for worker in workers]
+        else:
+            sent = gathered
+            received = [worker.load_weights.remote(sent[0]) for worker in workers]
+        results = _wait_all(sent + received)
+        version = results[0] if name else results[0][1]
+        versions = results[len(sent):]
+        if set(versions) != {version}:
+            raise RuntimeError(f"weight sync left the generation workers at policy versions {versions}, the trainer "
+                               f"at {version}")
+        self.published_version = version
+        return time.perf_counter() - started
 
     def _start_generation(self, questions: list, temperature: float, seed: int, method: str = "generate") -> list:
         """Split ``questions`` over the generation workers (contiguous parts, so groups stay together mostly);
@@ -134,7 +173,7 @@ class ReasoningRunner:
 
     def _sft(self, log: MetricsLog) -> None:
         metrics = self._sft_update()
-        self._publish()
+        metrics["time/weight_sync_s"] = self._publish()
         metrics.update(self._evaluate("eval/sft"))
         self._log(log, metrics)
 
@@ -175,7 +214,7 @@ class ReasoningRunner:
                 pending = self._start_batch()
             metrics.update(ray.get(update)[0])
             update_end = time.time()
-            self._publish()
+            metrics["time/weight_sync_s"] = self._publish()
             if overlap and not last:  # how long the next batch's generation ran beside this update
                 generation = ray.get(pending)[0][0]
                 metrics["time/overlap_s"] = max(0.0, min(update_end, generation["generate_ended"])
@@ -251,3 +290,13 @@ class ReasoningRunner:
         save_checkpoint(self.run_dir / "checkpoints", self.iteration, state["weights"], state["trainer_state"],
                         counters, reasoning_yaml(self.config), keep_last=3)
         ray.get(self._actor("save_pretrained", str(self.run_dir / MODEL_DIR)))
+
+
+def _wait_all(futures: list) -> list:
+    """``ray.get(futures)``, raising the first failure as soon as it happens: a trainer rank that fails before the
+    broadcast must not leave the run waiting on its receivers until the collective's timeout."""
+    pending = list(futures)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        ray.get(ready)
+    return ray.get(futures)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from embodied_rl.engines.generation import SamplingParams
 from embodied_rl.engines.quantization import quantized_copy
 from embodied_rl.engines.registry import make_generation_engine
 from embodied_rl.models.causal_lm.chat import build_lm, prompt_ids
 from embodied_rl.runtime import Worker
-from embodied_rl.workers.weights import load_numpy_weights
+from embodied_rl.workers.messages import POLICY_VERSION_KEY
+from embodied_rl.workers.weights import load_numpy_weights, weights_template, weights_to_numpy
 
 
 class GenerationWorker(Worker):
@@ -41,6 +44,24 @@ class GenerationWorker(Worker):
                 self._build_engine()
         self.policy_version = version
         return version
+
+    def receive_weights(self, collective: str) -> int:
+        """Receive the model broadcast by rank 0 of ``collective`` (``LMActorWorker.broadcast_weights``) into this
+        worker's model in place, re-quantise the int8 copy if there is one; returns the policy version."""
+        if self.engine_name != "hf":
+            raise RuntimeError(f"generation worker {self.address}: engine {self.engine_name!r} owns its weights; "
+                               "use generation.weight_sync=object_store")
+        template = weights_template(self.model)
+        template[POLICY_VERSION_KEY] = torch.zeros((), dtype=torch.int64)
+        received = self.collectives[collective].broadcast_state_dict(template, src=0)
+        if self.quantization != "none":
+            self._build_engine()
+        self.policy_version = int(received[POLICY_VERSION_KEY])
+        return self.policy_version
+
+    def get_weights(self) -> tuple[dict, int]:
+        """``({name: array}, policy_version)`` of this worker's full-precision model."""
+        return weights_to_numpy(self.model), self.policy_version
 
     def generate(self, questions: list[str], params: dict) -> list[dict]:
         """For each question (through the tokenizer's chat template): as ``generate_ids`` on its prompt ids."""

@@ -7,8 +7,10 @@ when they are not this worker's own in its group): N such workers form one train
 full batch, at the same time; each draws the same minibatch rows (same seed, checked), trains on its contiguous
 slice of each minibatch with the loss scaled so that the averaged gradient is the single-process gradient
 (``engines/training/data_parallel.py``), and rank 0 returns the metrics of the whole batch and the whole model.
-``sft_update``, ``sft_update_ids``, ``rl_update``, ``get_weights``, ``training_state`` and ``save_pretrained`` are
-collective: call them on every rank concurrently, in the same order."""
+With ``backend: megatron`` the N workers are instead the tensor-parallel ranks of one Megatron copy of the model,
+each training on the whole minibatch (``engines/training/megatron_engine.py``). ``sft_update``,
+``sft_update_ids``, ``rl_update``, ``get_weights``, ``training_state`` and ``save_pretrained`` are collective: call
+them on every rank concurrently, in the same order."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from embodied_rl.engines.training import DataParallelConfig, DataParallelEngine
 from embodied_rl.models.causal_lm.chat import answer_ids, build_lm, prompt_ids
 from embodied_rl.models.causal_lm.logprobs import response_logprobs
 from embodied_rl.runtime import Worker
+from embodied_rl.workers.messages import POLICY_VERSION_KEY
 from embodied_rl.workers.weights import weights_to_numpy
 
 
@@ -34,7 +37,14 @@ class LMActorWorker(Worker):
         self.model, self.tokenizer = build_lm(model["name"], model.get("seed", 0))
         self.model.to(self.device).train()
         parallel = {"rank": self.rank, "world_size": self.world_size, **data_parallel} if data_parallel else {}
-        self.engine = DataParallelEngine(self.model, DataParallelConfig(**parallel), self.device)
+        if parallel.get("backend") == "megatron":  # tensor parallel: self.model becomes this rank's Megatron slice
+            from embodied_rl.engines.training.megatron_engine import MegatronLlamaEngine
+
+            del parallel["backend"]
+            self.engine = MegatronLlamaEngine(self.model, device=self.device, **parallel)
+            self.model = self.engine.model
+        else:
+            self.engine = DataParallelEngine(self.model, DataParallelConfig(**parallel), self.device)
         self.engine.check_same(seed, "the actor's seed")  # the minibatch rows are drawn alike on every rank
         self.algorithm = algorithm
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.0)
@@ -51,6 +61,18 @@ class LMActorWorker(Worker):
         if state is None:
             return None
         return {name: value.detach().cpu().numpy().copy() for name, value in state.items()}, self.policy_version
+
+    def broadcast_weights(self, collective: str) -> int | None:
+        """Send the whole model and the policy version to every other rank of ``collective``, of which rank 0 of
+        the trainer is rank 0 (and the only trainer member). Collective over the trainer: every rank takes part in
+        gathering the full state dict; rank 0 returns the version, the others None."""
+        state = self.engine.full_state_dict() if self.engine.distributed else self.model.state_dict()
+        if state is None:
+            return None
+        state = {name: value.detach() for name, value in state.items()}
+        state[POLICY_VERSION_KEY] = torch.tensor(self.policy_version, dtype=torch.int64)
+        self.collectives[collective].broadcast_state_dict(state, src=0)
+        return self.policy_version
 
     def _step(self, loss: torch.Tensor, lr: float, max_grad_norm: float) -> float:
         for group in self.optimizer.param_groups:

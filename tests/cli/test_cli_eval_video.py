@@ -42,13 +42,13 @@ def test_videos_are_due_at_the_final_evaluation_and_every_nth_one():
 def test_training_films_its_final_evaluation_and_eval_films_a_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     _run("train", "--task", "maniskill_pushcube", "--run-dir", str(run_dir), "total_env_steps=80",
-         "eval.video_episodes=1", *TINY)
+         "eval.video_episodes=1", "env.max_episode_steps=20", *TINY)
     trained = _read(run_dir / "videos" / "eval_iter_000002.mp4")
-    assert len(trained) == 51 and trained[0].shape == (128, 128, 3)  # PushCube: 50 steps + the initial state
+    assert len(trained) == 21 and trained[0].shape == (128, 128, 3)  # 20 steps + the initial state
 
     result = json.loads(_run("eval", "--checkpoint", str(run_dir), "--episodes", "1", "--video",
                              "--video-episodes", "2", "--json").strip().splitlines()[-1])
     video = run_dir / "checkpoints" / "eval_iter_000002.mp4"
     assert result["video"] == str(video)
     frames = _read(video)
-    assert len(frames) == 51 and frames[0].shape == (128, 256, 3)  # two 128 px tiles side by side
+    assert len(frames) == 21 and frames[0].shape == (128, 256, 3)  # two 128 px tiles side by side

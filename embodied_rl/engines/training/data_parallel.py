@@ -48,6 +48,9 @@ class DataParallelConfig:
     master_address: str = "127.0.0.1"
     """Where rank 0 listens for the rendezvous (its own node's address)."""
     master_port: int = 29500
+    served_store: bool = False
+    """False: rank 0 serves the rendezvous store on ``master_port`` (which must still be free). True: another
+    process serves it there (``serve_rendezvous``, race-free) and every rank joins it as a client."""
     timeout_s: float = 600.0
     """Bounds the rendezvous and every collective: a dead rank fails the others after this long, never hangs them."""
 
@@ -58,6 +61,15 @@ class DataParallelConfig:
             raise ValueError(f"data_parallel.rank={self.rank} must be in [0, world_size={self.world_size})")
         if self.backend == "single" and self.world_size != 1:
             raise ValueError(f"data_parallel.backend='single' needs world_size=1, got {self.world_size}")
+
+
+def serve_rendezvous(address: str = "127.0.0.1", timeout_s: float = 600.0) -> dist.TCPStore:
+    """A rendezvous store served by this process on a port the OS picks as it binds (``store.port``), for ranks
+    started elsewhere (``DataParallelConfig(master_port=store.port, served_store=True)``). A port probed free and
+    handed to rank 0 to bind later can be taken in between; this one cannot. Keep the store alive while the ranks
+    run; one store per group."""
+    return dist.TCPStore(address, 0, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=timeout_s))
 
 
 class DataParallelEngine:
@@ -104,10 +116,14 @@ class DataParallelEngine:
                                    f"{dist.get_world_size()} in torch's default process group, not rank "
                                    f"{self.rank} of {self.world_size}")
             return
-        address = f"tcp://{self.config.master_address}:{self.config.master_port}"
+        timeout = datetime.timedelta(seconds=self.config.timeout_s)
         options = dict(device_id=self.device) if backend == "nccl" else {}
-        dist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.world_size,
-                                       timeout=datetime.timedelta(seconds=self.config.timeout_s), **options)
+        if self.config.served_store:
+            options["store"] = dist.TCPStore(self.config.master_address, self.config.master_port, self.world_size,
+                                             is_master=False, timeout=timeout)
+        else:
+            options["init_method"] = f"tcp://{self.config.master_address}:{self.config.master_port}"
+        dist.init_process_group(backend, rank=self.rank, world_size=self.world_size, timeout=timeout, **options)
         self._owns_group = True
 
     def shard(self, items: list) -> list:

@@ -24,6 +24,10 @@ parallelism, fused kernels, Transformer Engine, Apex and Megatron's distributed 
 positions, LayerNorm, GeLU MLP with biases (no gated MLP: its fc1 shards are strided), untied output layer,
 float32. The full state dict is in Megatron's names and layout (``linear_qkv`` rows grouped by head: q, k, v per
 head), not a Hugging Face model's; no gradient clipping (it would need a TP-wide norm).
+
+The Hugging Face Llama as such a GPT (rotary positions, RMSNorm, SwiGLU, grouped-query attention, weights
+converted both ways) is ``megatron_llama``; trained as a trainer backend (``trainer.backend=megatron``, with a
+TP-wide gradient clip) by ``megatron_engine``. Both use this module's process-group set-up, bypasses and gather.
 """
 
 from __future__ import annotations
@@ -94,16 +98,22 @@ class _GatherLastDim(torch.autograd.Function):
 
 
 def initialize_tensor_parallel(tp_size: int, *, rank: int, master_port: int, master_address: str = "127.0.0.1",
-                               timeout_s: float = 600.0) -> None:
+                               timeout_s: float = 600.0, served_store: bool = False) -> None:
     """Join a world of ``tp_size`` processes (gloo, the process-wide default group: Megatron builds its groups
     from it, so one such engine per process) and set up Megatron's parallel state with TP = the whole world.
 
-    ``master_address:master_port``: where rank 0 serves the rendezvous; gloo's interface follows
-    ``GLOO_SOCKET_IFNAME`` where set. Collectives that wait longer than ``timeout_s`` fail.
+    ``master_address:master_port``: where the rendezvous store is: served by rank 0 (``served_store`` False; the
+    port must still be free) or by another process, every rank a client (True: ``data_parallel.serve_rendezvous``,
+    race-free). gloo's interface follows ``GLOO_SOCKET_IFNAME`` where set. Collectives that wait longer than
+    ``timeout_s`` fail.
     """
     if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method=f"tcp://{master_address}:{master_port}", rank=rank,
-                                world_size=tp_size, timeout=datetime.timedelta(seconds=timeout_s))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if served_store:
+            where = dict(store=dist.TCPStore(master_address, master_port, tp_size, is_master=False, timeout=timeout))
+        else:
+            where = dict(init_method=f"tcp://{master_address}:{master_port}")
+        dist.init_process_group("gloo", rank=rank, world_size=tp_size, timeout=timeout, **where)
     if dist.get_world_size() != tp_size:
         raise ValueError(f"world of {dist.get_world_size()} processes, tp_size={tp_size}: only tensor "
                          "parallelism is supported (data and pipeline parallel sizes 1)")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -68,15 +67,10 @@ def train(data_parallel: dict | None):
     return worker, None if weights is None else weights[0], metrics
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_ranks(out: Path, world_size: int = 2) -> list[subprocess.Popen]:
-    """Both backends in ``world_size`` rank processes; rank 0 writes ``out/<backend>/{weights.npz,metrics.json}``."""
-    ports = ",".join(str(free_port()) for _ in BACKENDS)
+def start_ranks(out: Path, stores: list, world_size: int = 2) -> list[subprocess.Popen]:
+    """Both backends in ``world_size`` rank processes, joining ``stores`` (one per backend, served here); rank 0
+    writes ``out/<backend>/{weights.npz,metrics.json}``."""
+    ports = ",".join(str(store.port) for store in stores)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[3]),
                                                         os.environ.get("PYTHONPATH", "")]))
     return [subprocess.Popen([sys.executable, __file__, str(rank), str(world_size), ports, str(out)],
@@ -84,13 +78,15 @@ def start_ranks(out: Path, world_size: int = 2) -> list[subprocess.Popen]:
             for rank in range(world_size)]
 
 
-def wait_ranks(ranks: list[subprocess.Popen], timeout_s: float = 180) -> None:
+def wait_ranks(ranks: list[subprocess.Popen], timeout_s: float = 300) -> None:
     try:
         logs = [process.communicate(timeout=timeout_s)[0] for process in ranks]
     except subprocess.TimeoutExpired:
         for process in ranks:
             process.kill()
-        raise
+        logs = [process.communicate()[0] for process in ranks]
+        raise AssertionError("ranks still running after %d s:\n%s" % (timeout_s, "\n".join(
+            f"--- rank {rank}:\n{log[-3000:]}" for rank, log in enumerate(logs)))) from None
     for rank, (process, log) in enumerate(zip(ranks, logs)):
         assert process.returncode == 0, f"rank {rank} failed:\n{log[-3000:]}"
 
@@ -98,8 +94,11 @@ def wait_ranks(ranks: list[subprocess.Popen], timeout_s: float = 180) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> tuple[tuple[dict, list], Path]:
     """The single-process run (weights, metrics), computed while the 2-rank runs write theirs under the path."""
+    from embodied_rl.engines.training.data_parallel import serve_rendezvous
+
     out = tmp_path_factory.mktemp("data_parallel")
-    ranks = start_ranks(out)
+    stores = [serve_rendezvous(timeout_s=120) for _ in BACKENDS]
+    ranks = start_ranks(out, stores)
     try:
         _, weights, metrics = train(None)
     finally:
@@ -127,7 +126,8 @@ def test_two_gloo_ranks_train_like_one_process(backend, runs):
 
 def rank_main(backend: str, rank: int, world_size: int, port: int, out: Path) -> None:
     worker, weights, metrics = train(dict(backend=backend, rank=rank, world_size=world_size,
-                                          master_address="127.0.0.1", master_port=port, timeout_s=120))
+                                          master_address="127.0.0.1", master_port=port, served_store=True,
+                                          timeout_s=120))
     state = worker.training_state()
     saved = worker.save_pretrained(str(out / "model"))
     assert (weights is None, state is None, saved is None) == (rank != 0,) * 3, "rank 0 alone returns them"
@@ -143,6 +143,9 @@ def rank_main(backend: str, rank: int, world_size: int, port: int, out: Path) ->
 
 
 if __name__ == "__main__":
+    import faulthandler
+
+    faulthandler.dump_traceback_later(240, exit=True)  # a hung rank prints where it hangs before the test kills it
     rank, world_size, ports, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(","), Path(sys.argv[4])
     for backend, port in zip(BACKENDS, ports):
         (out / backend).mkdir(exist_ok=True)

@@ -2,7 +2,6 @@
 from the same initial full weights on the same batch (logits, log-probs, and the weights after a few steps)."""
 
 import os
-import socket
 import time
 
 import pytest
@@ -19,18 +18,6 @@ STEPS = 3
 OPTIMIZERS = {"sgd": dict(optimizer="sgd", lr=1.0), "adamw": dict(optimizer="adamw", lr=1e-2, adam_eps=1e-4)}
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports (held open together while chosen, so none repeats)."""
-    listeners = [socket.socket() for _ in range(count)]
-    try:
-        for listener in listeners:
-            listener.bind(("127.0.0.1", 0))
-        return [listener.getsockname()[1] for listener in listeners]
-    finally:
-        for listener in listeners:
-            listener.close()
-
-
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, target_ids)``, both ``[3, 11]``: next-token pairs of three random sequences."""
     tokens = torch.randint(0, SPEC["vocab"], (3, 12), generator=torch.Generator().manual_seed(7))
@@ -44,7 +31,7 @@ def run_rank(rank: int, tp: int, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     from embodied_rl.engines.training import megatron_lm
 
-    megatron_lm.initialize_tensor_parallel(tp, rank=rank, master_port=port, timeout_s=60)
+    megatron_lm.initialize_tensor_parallel(tp, rank=rank, master_port=port, timeout_s=60, served_store=True)
     try:
         input_ids, target_ids = batch()
         results = {}
@@ -73,8 +60,10 @@ def run_both(out_dir, timeout_s: float = 150) -> dict[int, dict]:
     """TP=1 (one process) and TP=2 (two) at the same time; their rank-0 results by TP size."""
     import torch.multiprocessing as mp
 
-    ports = dict(zip((1, 2), free_ports(2)))
-    runs = {tp: mp.start_processes(run_rank, args=(tp, ports[tp], str(out_dir)), nprocs=tp, join=False,
+    from embodied_rl.engines.training.data_parallel import serve_rendezvous
+
+    stores = {tp: serve_rendezvous(timeout_s=60) for tp in (1, 2)}  # served here, alive until the ranks are done
+    runs = {tp: mp.start_processes(run_rank, args=(tp, stores[tp].port, str(out_dir)), nprocs=tp, join=False,
                                    start_method="spawn") for tp in (1, 2)}
     deadline = time.monotonic() + timeout_s
     try:
