@@ -46,13 +46,14 @@ def test_bad_reasoning_options_are_one_line_and_write_nothing(tmp_path, override
 
 @pytest.mark.slow
 def test_sft_lifts_held_out_accuracy_of_the_tiny_model(tmp_path):
-    """A real short run: 1,500 SFT steps of the tiny Llama on two-digit a + b and a - b (about 30 s here) take
-    greedy held-out accuracy from 0 to 0.137 on 300 problems in one measured run; the test asks for 0.05 on 100."""
+    """A real short run: 800 SFT steps of the tiny Llama on two-digit a + b and a - b (about 30 s here) take
+    greedy held-out accuracy on 100 problems from 0 to 0.10 (measured at seeds 0, 1, 2: 0.10, 0.07, 0.08); the
+    test asks for 0.04."""
     from embodied_rl.config.reasoning import load_reasoning_config
     from embodied_rl.runners.reasoning import ReasoningRunner
 
-    config = load_reasoning_config("math_arith", None, ["sft.steps=1500", "rl.iterations=0",
+    config = load_reasoning_config("math_arith", None, ["sft.steps=800", "rl.iterations=0",
                                                         "eval.num_problems=100"])
     evaluations = ReasoningRunner(config, tmp_path).run()
     assert evaluations["eval/start/heldout_accuracy"] == 0.0
-    assert evaluations["eval/sft/heldout_accuracy"] >= 0.05
+    assert evaluations["eval/sft/heldout_accuracy"] >= 0.04
