@@ -30,9 +30,9 @@ def _resume_config(run_dir: Path) -> str:
 
 def run_train(task: str | None, config_file: str | None, overrides: list[str], run_dir: str | None,
               resume: bool, ray_address: str | None) -> int:
-    from embodied_rl.commands.train_reasoning import is_text_task, run_reasoning_train
+    from embodied_rl.commands.train_reasoning import is_text_task, run_reasoning_train, saved_task
 
-    if is_text_task(task):
+    if is_text_task(task or (saved_task(Path(run_dir)) if resume and run_dir else None)):
         if ray_address:
             raise ConfigError("--ray-address: reasoning runs use the embedded local Ray for now")
         return run_reasoning_train(task, config_file, overrides, run_dir, resume)

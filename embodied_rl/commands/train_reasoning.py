@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import yaml
+
 from embodied_rl.config import ConfigError
 from embodied_rl.config.reasoning import load_reasoning_config, reasoning_yaml
 from embodied_rl.utils.atomic import write_text_atomic
@@ -41,27 +43,64 @@ def _check_task_starts(config) -> bool:
     return any(multi_turn)
 
 
+def saved_task(run_dir: Path) -> str | None:
+    """The task named in a run directory's ``config.yaml`` (None where there is none to read)."""
+    try:
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return saved.get("task") if isinstance(saved, dict) else None
+
+
+def _resume_checkpoint(directory: Path, config, multi_turn: bool):
+    """The newest readable checkpoint of ``directory`` for ``--resume``, or one line saying why there is none."""
+    from embodied_rl.utils.checkpoint import list_checkpoints, load_checkpoint
+
+    if multi_turn:
+        raise ConfigError(f"--resume: multi-turn runs (task {config.task!r}) cannot be resumed yet; start a new "
+                          "run (model.name=<run>/model starts from a finished run's model)")
+    if config.trainer.backend == "megatron":
+        raise ConfigError("--resume: trainer.backend='megatron' runs cannot be resumed yet; allowed: single, ddp, "
+                          "fsdp")
+    if not list_checkpoints(directory / "checkpoints"):
+        raise ConfigError(f"--resume: {directory} has no checkpoint to resume from")
+    checkpoint = load_checkpoint(directory)
+    if checkpoint.counters.get("task") != config.task:
+        raise ConfigError(f"--resume: the checkpoint {checkpoint.path} is of task "
+                          f"{checkpoint.counters.get('task')!r}, not {config.task!r}")
+    return checkpoint
+
+
 def run_reasoning_train(task: str, config_file: str | None, overrides: list[str], run_dir: str | None,
                         resume: bool) -> int:
     if resume:
-        raise ConfigError("--resume: reasoning runs cannot be resumed yet; start a new run (model.name=<run>/model "
-                          "starts from a finished run's model)")
+        if not run_dir:
+            raise ConfigError("--resume needs --run-dir (the run to continue)")
+        config_file = str(Path(run_dir) / "config.yaml")  # the run's own config, with the overrides given now
     config = load_reasoning_config(task, config_file, overrides)
-    if _check_task_starts(config):  # a conversation env: the multi-turn rollout (refusing what it cannot do)
+    multi_turn = _check_task_starts(config)
+    if multi_turn:  # a conversation env: the multi-turn rollout (refusing what it cannot do)
         from embodied_rl.runners.reasoning_multi_turn import MultiTurnReasoningRunner as Runner, check_multi_turn
 
         check_multi_turn(config)
     else:
         from embodied_rl.runners.reasoning import ReasoningRunner as Runner
-    directory = Path(run_dir or config.run_dir or Path(config.runs_root) / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if directory.exists() and any(directory.iterdir()):
-        raise ConfigError(f"run_dir {directory} already exists and is not empty; choose another directory")
+    if resume:
+        directory = Path(run_dir)
+        checkpoint = _resume_checkpoint(directory, config, multi_turn)
+    else:
+        directory = Path(run_dir or config.run_dir or
+                         Path(config.runs_root) / f"{config.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if directory.exists() and any(directory.iterdir()):
+            raise ConfigError(f"run_dir {directory} already exists and is not empty; pass --resume to continue it "
+                              "or choose another directory")
+        checkpoint = None
     directory.mkdir(parents=True, exist_ok=True)
     config.run_dir = str(directory)
     write_text_atomic(directory / "config.yaml", reasoning_yaml(config))
     print(f"run directory: {directory}", flush=True)
     started = time.perf_counter()
-    runner = Runner(config, directory)
+    runner = Runner(config, directory, checkpoint) if checkpoint else Runner(config, directory)
     evaluations = runner.run()
     summary = {"run_dir": str(directory), "iterations": runner.iteration, "responses": runner.responses,
                "wall_s": round(time.perf_counter() - started, 1), **evaluations}

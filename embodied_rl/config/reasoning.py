@@ -98,6 +98,15 @@ class TextEvalConfig:
 
 
 @dataclass
+class TextCheckpointConfig:
+    every_iterations: int = 50
+    """Write a checkpoint (weights, optimizer, KL reference, RNGs, the env's sampler, counters) every this many RL
+    iterations, and at the end; ``--resume`` continues from the newest. 0: only at the end."""
+    keep_last: int = 3
+    """Checkpoints kept (the oldest are deleted)."""
+
+
+@dataclass
 class ReasoningConfig:
     task: Optional[str] = None
     seed: int = 0
@@ -112,6 +121,7 @@ class ReasoningConfig:
     algorithm: TextRLConfig = field(default_factory=TextRLConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: TextEvalConfig = field(default_factory=TextEvalConfig)
+    checkpoint: TextCheckpointConfig = field(default_factory=TextCheckpointConfig)
     torch_threads: int = 2
     """Threads of the trainer and of each generation worker."""
 
@@ -183,6 +193,9 @@ def validate_reasoning(c: ReasoningConfig) -> None:
              "trainer.world_size", c.trainer.world_size, "1 for trainer.backend=single; >= 1 for ddp, fsdp, megatron")
     if c.trainer.backend == "megatron":
         _check_megatron(c)
+    _require(c.checkpoint.every_iterations >= 0, "checkpoint.every_iterations", c.checkpoint.every_iterations,
+             "an integer >= 0 (0: only at the end)")
+    _require(c.checkpoint.keep_last >= 1, "checkpoint.keep_last", c.checkpoint.keep_last, "an integer >= 1")
     _require(c.trainer.timeout_s > 0, "trainer.timeout_s", c.trainer.timeout_s, "> 0 seconds")
     _require(c.sft.steps >= 0, "sft.steps", c.sft.steps, "an integer >= 0")
     _require(c.sft.batch_size >= 1, "sft.batch_size", c.sft.batch_size, "an integer >= 1")

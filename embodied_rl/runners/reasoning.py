@@ -26,7 +26,7 @@ import sim_envs
 from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml, weight_sync
 from embodied_rl.runtime import Cluster, WorkerGroup
 from embodied_rl.runtime.collective import form_collective
-from embodied_rl.utils.checkpoint import save_checkpoint
+from embodied_rl.utils.checkpoint import Checkpoint, save_checkpoint
 from embodied_rl.utils.metrics_log import MetricsLog
 from embodied_rl.workers.generation_worker import GenerationWorker
 from embodied_rl.workers.lm_actor_worker import LMActorWorker
@@ -41,12 +41,15 @@ WEIGHTS_COLLECTIVE = "reasoning-weights"
 
 
 class ReasoningRunner:
-    def __init__(self, config: ReasoningConfig, run_dir: Path):
+    def __init__(self, config: ReasoningConfig, run_dir: Path, resume: Checkpoint | None = None):
+        """``resume``: a checkpoint of this run to continue from (``--resume``): RL goes on at its iteration with
+        its weights, optimizer, KL reference, RNGs and prompt sampler; the start evaluation and SFT are not redone."""
         self.config = config
         self.run_dir = Path(run_dir)
-        self.iteration = 0
-        self.responses = 0  # env steps of a text task: one response is one step
-        self.evaluations: dict[str, float] = {}
+        self.resume = resume
+        self.iteration = int(resume.counters["iteration"]) if resume else 0
+        self.responses = int(resume.counters["env_steps"]) if resume else 0  # one response is one env step
+        self.evaluations: dict[str, float] = dict(resume.counters.get("eval", {})) if resume else {}
         self.published_version = 0
         self.weights_collective = None  # the collective's name under broadcast weight sync, once formed
 
@@ -71,15 +74,19 @@ class ReasoningRunner:
                                 algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
                                 torch_threads=c.torch_threads)
             self.env, self.generation, self.actor = env.workers[0], generation, actor
-            log = MetricsLog(self.run_dir, None)
+            log = MetricsLog(self.run_dir, self.responses if self.resume else None)
             try:
                 self._form_weight_sync()
-                self._publish()
-                self._log(log, self._evaluate("eval/start"))
-                if c.sft.steps:
-                    self._sft(log)
+                if self.resume:
+                    self._restore()
+                    self._publish()
+                else:
+                    self._publish()
+                    self._log(log, self._evaluate("eval/start"))
+                    if c.sft.steps:
+                        self._sft(log)
                 self._train(log)
-                self._save()
+                self._save(final=True)
             finally:
                 log.close()
                 for group in (env, generation, actor):
@@ -197,8 +204,8 @@ class ReasoningRunner:
         c = self.config
         overlap = c.rl.max_staleness > 0
         start = time.perf_counter()
-        pending = self._start_batch() if c.rl.iterations else None
-        for k in range(c.rl.iterations):
+        pending = self._start_batch() if self.iteration < c.rl.iterations else None
+        for k in range(self.iteration, c.rl.iterations):
             step_start = time.perf_counter()
             answers, scores, metrics = self._collect(pending)
             metrics["time/generate_wait_s"] = metrics.pop("wait_s")
@@ -229,6 +236,9 @@ class ReasoningRunner:
             if last or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
                 metrics.update(self._evaluate("eval"))
             self._log(log, metrics)
+            every = c.checkpoint.every_iterations
+            if every and self.iteration % every == 0 and not last:
+                self._save(final=False)
 
     def _trainer_batch(self, answers: list[dict], scores: list[float]) -> dict:
         """The actor's ``rl_update`` batch from ``_collect``'s answers and scores."""
@@ -283,13 +293,30 @@ class ReasoningRunner:
         metrics.setdefault("train/iteration", self.iteration)
         log.log(metrics, self.responses)
 
-    def _save(self) -> None:
+    def _save(self, final: bool) -> None:
+        """A checkpoint of the run at ``self.iteration`` (in async mode the next batch, already generating, is
+        not part of it: a resumed run samples that batch anew); ``final``: also the model in the Hugging Face
+        layout."""
         state = ray.get(self._actor("training_state"))[0]
         counters = {"iteration": self.iteration, "env_steps": self.responses, "task": self.config.task,
                     "eval": self.evaluations}
         save_checkpoint(self.run_dir / "checkpoints", self.iteration, state["weights"], state["trainer_state"],
-                        counters, reasoning_yaml(self.config), keep_last=3)
-        ray.get(self._actor("save_pretrained", str(self.run_dir / MODEL_DIR)))
+                        counters, reasoning_yaml(self.config), keep_last=self.config.checkpoint.keep_last,
+                        env_state=self._env_state())
+        if final:
+            ray.get(self._actor("save_pretrained", str(self.run_dir / MODEL_DIR)))
+
+    def _env_state(self) -> list | None:
+        """The train env's prompt sampler (``TextEnvWorker.state``), saved with a checkpoint."""
+        return [ray.get(self.env.state.remote())]
+
+    def _restore(self) -> None:
+        """Load ``self.resume`` into the trainer ranks (all at once) and the env worker."""
+        checkpoint = self.resume
+        ray.get(self._actor("load_training_state", checkpoint.weights, checkpoint.trainer_state))
+        if checkpoint.env_state:
+            ray.get(self.env.restore.remote(checkpoint.env_state[0]))
+        print(f"resumed from {checkpoint.path} at RL iteration {self.iteration}", file=sys.stderr, flush=True)
 
 
 def _wait_all(futures: list) -> list:

@@ -56,6 +56,9 @@ class MultiTurnReasoningRunner(ReasoningRunner):
         super().__init__(config, run_dir)
         self.tokenizer = load_tokenizer(config.model.name)  # the driver's: prompts and env turns to ids
 
+    def _env_state(self) -> None:
+        return None  # conversations' sampler state is not checkpointed: multi-turn runs are not resumable yet
+
     def _env_group(self, share: float) -> WorkerGroup:
         c = self.config
         G = c.algorithm.group_size

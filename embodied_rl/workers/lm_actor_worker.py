@@ -225,13 +225,41 @@ class LMActorWorker(Worker):
         Under FSDP the optimizer state is keyed by parameter name (``engine.optimizer_state_dict``)."""
         optimizer = self.engine.optimizer_state_dict(self.optimizer) if self.engine.distributed else \
             self.optimizer.state_dict()
+        reference = None  # the KL reference, once RL made it (a resumed run must not take the resumed weights)
+        if self.reference is not None and self.resumable:
+            reference = self.engine.full_state_dict(self.reference)
+            reference = None if reference is None else {k: v.detach().cpu().clone() for k, v in reference.items()}
         weights = self.get_weights()
         if weights is None:
             return None
         buffer = io.BytesIO()
-        torch.save({"optimizer": optimizer, "torch_rng": torch.get_rng_state(),
+        torch.save({"optimizer": optimizer, "torch_rng": torch.get_rng_state(), "reference": reference,
                     "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version}, buffer)
         return {"weights": weights[0], "trainer_state": buffer.getvalue()}
+
+    @property
+    def resumable(self) -> bool:
+        """Whether ``load_training_state`` can restore this trainer (not yet under Megatron's engine)."""
+        return hasattr(self.engine, "load_full_state_dict")
+
+    def load_training_state(self, weights: dict, trainer_state: bytes) -> int:
+        """On every rank, the same ``training_state()`` of a run with this backend: weights, optimizer moments, the
+        KL reference, the RNGs and the policy version, so training goes on as if never stopped; the version."""
+        if not self.resumable:
+            raise RuntimeError(f"trainer {self.address}: its engine cannot restore a training state")
+        state = torch.load(io.BytesIO(trainer_state), map_location="cpu", weights_only=True)
+        tensors = {name: torch.as_tensor(np.asarray(value)).to(self.device) for name, value in weights.items()}
+        self.engine.load_full_state_dict(tensors)
+        self.engine.load_optimizer_state_dict(self.optimizer, state["optimizer"])
+        self.reference = None
+        if state.get("reference") is not None:
+            self.reference = self.engine.frozen_copy()
+            self.engine.load_full_state_dict({k: v.to(self.device) for k, v in state["reference"].items()},
+                                             self.reference)
+        torch.set_rng_state(state["torch_rng"])
+        self.generator.set_state(state["shuffle_rng"])
+        self.policy_version = int(state["policy_version"])
+        return self.policy_version
 
     def save_pretrained(self, directory: str) -> str | None:
         """The model and tokenizer in the Hugging Face layout (loadable as ``model.name=<directory>``), written by

@@ -27,6 +27,14 @@ class TextEnvWorker(Worker):
         return {"rewards": batch.rewards, "outcome": batch.info["reward/outcome"],
                 "format": batch.info["reward/format"]}
 
+    def state(self) -> dict:
+        """The train env's sampler state (``TextTaskEnv.get_state``), for a checkpoint."""
+        return self.train.get_state()
+
+    def restore(self, state: dict) -> None:
+        """Continue from ``state()``'s moment: the same current and future prompts."""
+        self.obs = self.train.set_state(state)
+
     def sft_examples(self) -> list[tuple[str, str]]:
         """Every train problem as (question, answer): the SFT warm-start's data."""
         return [(p.question, p.answer) for p in self.train.problems]

@@ -74,5 +74,21 @@ class TextTaskEnv:
         info = {"reward/outcome": correct.astype(np.float32), "reward/format": formatted.astype(np.float32)}
         return StepBatch(self._draw(), rewards, done, np.zeros(self.num_envs, bool), final, correct, stats, info)
 
+    def get_state(self) -> dict:
+        """What decides the next prompts, as JSON-able values: the problem sampler's RNG state, the rest of the
+        current pass over the problems (``order``) and the current problem of each env."""
+        return {"rng": self.rng.bit_generator.state, "order": list(self.order),
+                "current": [int(i) for i in self.current]}
+
+    def set_state(self, state: dict) -> dict:
+        """Undo to ``get_state()``'s moment: the same prompts now and the same ones drawn after; the observation."""
+        if len(state["current"]) != self.num_envs:
+            raise ValueError(f"a state of {len(state['current'])} envs for an env of {self.num_envs}")
+        self.rng = np.random.default_rng()
+        self.rng.bit_generator.state = state["rng"]
+        self.order = [int(i) for i in state["order"]]
+        self.current = np.asarray(state["current"], np.int64)
+        return self.observation()
+
     def close(self) -> None:
         pass

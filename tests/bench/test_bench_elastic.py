@@ -6,6 +6,7 @@ from conftest import run_cli
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # left out of the default run (CI time): pytest -m heavy
 def test_bench_elastic_resizes_a_live_loop_and_accounts_for_every_transition(tmp_path):
     result = run_cli("bench", "elastic", "--steps", "10", "--rounds", "1", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

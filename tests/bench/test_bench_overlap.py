@@ -21,6 +21,7 @@ def test_training_figures_take_the_evaluations_time_out(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # left out of the default run (CI time): pytest -m heavy
 def test_bench_overlap_trains_both_modes_and_reports_ratios(tmp_path):
     result = run_cli("bench", "overlap", "--max-env-steps", "80", "--eval-every", "2", "--eval-episodes", "2",
                      "--json", "env.num_workers=1", "env.envs_per_worker=2", "rollout.steps_per_iteration=10",

@@ -59,6 +59,7 @@ def test_bench_placement_refuses_an_unknown_policy_with_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # left out of the default run (CI time): pytest -m heavy
 def test_bench_placement_full_loop_times_updates_and_labels_runs_as_placement_derives_them(tmp_path):
     report = _one_json_line(run_cli("bench", "placement", "--task", "maniskill_pushcube", "--envs-per-worker", "2",
                                     "--steps", "8", "--repeats", "1", "--policies", "mlp", "--full-loop", "--json",

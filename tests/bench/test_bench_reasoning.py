@@ -30,6 +30,7 @@ def test_the_step_time_and_the_curve_come_from_the_metrics_rows():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # left out of the default run (CI time): pytest -m heavy
 def test_text_async_bench_runs_both_modes_from_one_start(tmp_path):
     result = run_cli("bench", "text-async", "--iterations", "3", "--sft-steps", "0", "--json", *TINY, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

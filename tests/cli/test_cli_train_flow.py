@@ -21,16 +21,29 @@ def _run(*args):
     return stdout
 
 
+def _frames(path) -> list:
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(path)
+    frames = [frame for frame in reader]
+    reader.close()
+    return frames
+
+
 @pytest.mark.slow
 def test_train_then_resume_then_eval(tmp_path):
+    """Also the videos: training films its final evaluation (one episode), ``eval --video`` films a checkpoint."""
     run_dir = tmp_path / "run"
-    first = _run("train", "--task", "maniskill_pushcube", "--run-dir", str(run_dir), "total_env_steps=80", *TINY)
+    first = _run("train", "--task", "maniskill_pushcube", "--run-dir", str(run_dir), "total_env_steps=80",
+                 "eval.video_episodes=1", "env.max_episode_steps=20", *TINY)
     summary = json.loads(first.strip().splitlines()[-1])
     assert summary["env_steps"] == 80 and summary["iterations"] == 2
     assert 0.0 <= summary["eval/success_once"] <= 1.0
     assert (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints" / "iter_000002").is_dir()
+    trained = _frames(run_dir / "videos" / "eval_iter_000002.mp4")
+    assert len(trained) == 21 and trained[0].shape == (128, 128, 3)  # 20 steps + the initial state
 
-    resumed = _run("train", "--run-dir", str(run_dir), "--resume", "total_env_steps=160")
+    resumed = _run("train", "--run-dir", str(run_dir), "--resume", "total_env_steps=160", "eval.video_episodes=0")
     summary = json.loads(resumed.strip().splitlines()[-1])
     assert summary["env_steps"] == 160 and summary["iterations"] == 4  # counters continue from the checkpoint
     counters = json.loads((run_dir / "checkpoints" / "iter_000004" / "counters.json").read_text())
@@ -38,10 +51,15 @@ def test_train_then_resume_then_eval(tmp_path):
     assert not (run_dir / "checkpoints" / "iter_000002").exists()  # keep_last=2
     assert "total_env_steps: 160" in (run_dir / "config.yaml").read_text()  # the resume's override is recorded
 
-    # sampled actions on request (greedy is the default), over the checkpoint's own config
-    evaluated = _run("eval", "--checkpoint", str(run_dir), "--episodes", "3", "--json", "eval.deterministic=false")
+    # sampled actions on request (greedy is the default), over the checkpoint's own config; filmed, 2 episodes tiled
+    evaluated = _run("eval", "--checkpoint", str(run_dir), "--episodes", "3", "--json", "eval.deterministic=false",
+                     "--video", "--video-episodes", "2")
     result = json.loads(evaluated.strip().splitlines()[-1])
     assert result["eval/episodes"] == 3 and result["checkpoint"].endswith("iter_000004")
+    video = run_dir / "checkpoints" / "eval_iter_000004.mp4"
+    assert result["video"] == str(video)
+    frames = _frames(video)
+    assert len(frames) == 21 and frames[0].shape == (128, 256, 3)  # two 128 px tiles side by side
     assert {"eval/success_once", "eval/success_at_end", "eval/episode_return"} <= set(result)
     assert result["eval/deterministic"] is False
     # a bad override is refused in one line

@@ -28,7 +28,7 @@ def test_broadcast_gives_generation_workers_the_trainers_weights_as_the_object_s
     from embodied_rl.runners.reasoning import ReasoningRunner
 
     class Checked(ReasoningRunner):
-        def _save(self):  # at the run's end, its workers still up: check, instead of writing a checkpoint
+        def _save(self, final):  # at the run's end, its workers still up: check, instead of writing a checkpoint
             trainer, version = ray.get(self.actor.workers[0].get_weights.remote())
             before = ray.get(self.generation.workers[0].get_weights.remote())[0]
             stale = _greedy(self.generation.workers[1])

@@ -165,17 +165,39 @@ class DataParallelEngine:
             raise ValueError(f"{what} differs across data-parallel ranks (from {low} to {high}); every rank must "
                              f"be given the same")
 
-    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+    def full_state_dict(self, module: torch.nn.Module | None = None) -> dict[str, torch.Tensor] | None:
         """The whole model's state dict on rank 0 (the live tensors under single/DDP, CPU copies under FSDP), None
-        on the others. Same keys as the unwrapped model's ``state_dict()``."""
+        on the others. Same keys as the unwrapped model's ``state_dict()``. ``module``: another module wrapped
+        like the model (a ``frozen_copy``) instead of the model."""
+        module = self.model if module is None else module
         if self.backend == "fsdp":
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
             # cpu_offload: gathered layer by layer into rank 0's host memory; the other ranks get {}.
-            full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True,
-                                                                                cpu_offload=True))
+            full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             return full if self.rank == 0 else None
-        return self.model.state_dict() if self.rank == 0 else None
+        return module.state_dict() if self.rank == 0 else None
+
+    def load_full_state_dict(self, state: dict[str, torch.Tensor], module: torch.nn.Module | None = None) -> None:
+        """On every rank, the same whole-model ``state`` (``full_state_dict``'s keys) into the model, or into
+        ``module`` (a ``frozen_copy``); under FSDP each rank keeps its own shards of it."""
+        module = self.model if module is None else module
+        if self.backend == "fsdp":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+            set_model_state_dict(module, state, options=StateDictOptions(full_state_dict=True))
+        else:
+            module.load_state_dict(state)
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        """On every rank, the same ``optimizer_state_dict`` (from rank 0 of a run with this backend) into
+        ``optimizer``; under FSDP each rank keeps its own shards of it."""
+        if self.backend == "fsdp":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+            set_optimizer_state_dict(self.model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+        else:
+            optimizer.load_state_dict(state)
 
     def full_module(self) -> torch.nn.Module | None:
         """On rank 0, an unsharded module holding the whole model (to save in a library's own format): the live

@@ -1,0 +1,68 @@
+"""A reasoning run resumed from a checkpoint goes on bit for bit as if it had never stopped: the same metrics rows
+and the same final weights as the uninterrupted run (weights, AdamW moments, the KL reference, the RNGs and the
+env's prompt sampler all come back)."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from conftest import run_cli
+
+SMALL = ["env.count=60", "env.heldout_count=4", "sft.steps=3", "sft.batch_size=4", "rl.iterations=4",
+         "rl.prompts_per_iteration=2", "algorithm.group_size=4", "algorithm.kl_coef=0.1", "rl.lr=1e-3",
+         "eval.every_iterations=0", "eval.num_problems=2", "generation.max_new_tokens=3",
+         "checkpoint.every_iterations=2", "torch_threads=1"]
+
+
+def _rows(run_dir) -> list[dict]:
+    """Metrics rows without the timings (the only thing a resumed run may change)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
+
+
+def test_a_resumed_reasoning_run_continues_bit_for_bit(tmp_path, cluster):
+    from embodied_rl.config.reasoning import load_reasoning_config
+    from embodied_rl.runners.reasoning import ReasoningRunner
+    from embodied_rl.utils.checkpoint import load_checkpoint
+
+    config = load_reasoning_config("math_arith", None, SMALL)
+    whole = tmp_path / "whole"
+    ReasoningRunner(config, whole).run()
+    assert sorted(p.name for p in (whole / "checkpoints").glob("iter_*")) == ["iter_000002", "iter_000004"]
+
+    # a crash after iteration 3: its rows were logged, its checkpoint (iteration 4) and model never written
+    crashed = tmp_path / "crashed"
+    shutil.copytree(whole, crashed)
+    shutil.rmtree(crashed / "checkpoints" / "iter_000004")
+    shutil.rmtree(crashed / "model")
+    rows = (crashed / "metrics.jsonl").read_text().splitlines()
+    (crashed / "metrics.jsonl").write_text("\n".join(rows[:-1]) + "\n")
+    checkpoint = load_checkpoint(crashed)
+    assert checkpoint.counters["iteration"] == 2 and checkpoint.env_state
+
+    runner = ReasoningRunner(load_reasoning_config("math_arith", None, SMALL), crashed, checkpoint)
+    runner.run()
+    assert runner.iteration == 4
+    assert _rows(crashed) == _rows(whole)  # start eval, SFT, 4 iterations: 3 and 4 run again, logged once
+    expected, got = load_file(str(whole / "model" / "model.safetensors")), load_file(
+        str(crashed / "model" / "model.safetensors"))
+    assert expected.keys() == got.keys()
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (lambda d: None, "has no checkpoint to resume from"),
+    (lambda d: (d / "config.yaml").write_text("task: math_tool\n"), "multi-turn runs"),
+])
+def test_resume_refusals_are_one_line(tmp_path, make, fragment):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("task: math_arith\n")
+    make(run_dir)
+    result = run_cli("train", "--run-dir", str(run_dir), "--resume", cwd=tmp_path)
+    assert result.returncode == 2 and fragment in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]
