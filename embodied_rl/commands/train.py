@@ -34,7 +34,7 @@ def run_train(task: str | None, config_file: str | None, overrides: list[str], r
 
     if is_text_task(task or (saved_task(Path(run_dir)) if resume and run_dir else None)):
         if ray_address:
-            raise ConfigError("--ray-address: reasoning runs use the embedded local Ray for now")
+            overrides = [*overrides, f"cluster.address={ray_address}"]
         return run_reasoning_train(task, config_file, overrides, run_dir, resume)
     if ray_address:
         overrides = [*overrides, f"cluster.address={ray_address}"]

@@ -107,6 +107,13 @@ class TextCheckpointConfig:
 
 
 @dataclass
+class TextClusterConfig:
+    address: Optional[str] = None
+    """None: an embedded local Ray; an address ("host:port", "ray://...", "auto"): join that cluster
+    (``--ray-address``)."""
+
+
+@dataclass
 class ReasoningConfig:
     task: Optional[str] = None
     seed: int = 0
@@ -122,6 +129,7 @@ class ReasoningConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: TextEvalConfig = field(default_factory=TextEvalConfig)
     checkpoint: TextCheckpointConfig = field(default_factory=TextCheckpointConfig)
+    cluster: TextClusterConfig = field(default_factory=TextClusterConfig)
     torch_threads: int = 2
     """Threads of the trainer and of each generation worker."""
 

@@ -1,5 +1,5 @@
-"""Reasoning runs: a causal LM trained on a text task, on the same runtime as embodied runs (Ray workers, on the
-embedded local Ray for now).
+"""Reasoning runs: a causal LM trained on a text task, on the same runtime as embodied runs (Ray workers, on an
+embedded local Ray or, with ``cluster.address`` / ``--ray-address``, on an existing cluster).
 
 A text env worker hands out prompts (``rl.prompts_per_iteration`` problems, each ``algorithm.group_size`` times)
 and scores the responses with the task's verifier; generation workers sample the responses with their inference
@@ -55,7 +55,7 @@ class ReasoningRunner:
 
     def run(self) -> dict:
         c = self.config
-        with Cluster(None, None):
+        with Cluster(c.cluster.address, None):
             share = 0.2
             model = {"name": c.model.name, "seed": c.model.seed}
             env = self._env_group(share)
@@ -66,9 +66,11 @@ class ReasoningRunner:
             if c.trainer.backend != "single":
                 from embodied_rl.engines.training.data_parallel import serve_rendezvous
 
-                # Served by the driver, which outlives the trainer ranks (the store dies with this object).
-                rendezvous = serve_rendezvous("127.0.0.1", c.trainer.timeout_s)
-                parallel = {"backend": c.trainer.backend, "master_address": "127.0.0.1", "master_port": rendezvous.port,
+                # Served by the driver, which outlives the trainer ranks (the store dies with this object); on a
+                # joined cluster at the driver's node address, which ranks on other nodes can reach.
+                host = ray.util.get_node_ip_address() if c.cluster.address else "127.0.0.1"
+                rendezvous = serve_rendezvous(host, c.trainer.timeout_s)
+                parallel = {"backend": c.trainer.backend, "master_address": host, "master_port": rendezvous.port,
                             "served_store": True, "timeout_s": c.trainer.timeout_s}
             actor = WorkerGroup(LMActorWorker, "lm-actor", c.trainer.world_size, cpus_per_worker=share, model=model,
                                 algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
