@@ -1,8 +1,7 @@
 """Data-parallel LM training (DDP, FSDP2) over 2 gloo CPU processes equals one process training on the whole batch.
 
-2 ranks run as subprocesses of this file as a script, once for both backends (imports dominate the time): for each
-backend every rank builds the same ``LMActorWorker`` (no Ray) and runs the same updates on the same full batches
-(SFT with uneven slices, DAPO's token-mean with a loss mask and 2 minibatches, GRPO with a KL reference over 2
+2 ranks run as subprocesses of this file as a script, fresh ones for each backend: every rank builds the same
+``LMActorWorker`` (no Ray) and runs the same updates on the same full batches (SFT with uneven slices, DAPO's token-mean with a loss mask and 2 minibatches, GRPO with a KL reference over 2
 rounds, Dr.GRPO's sum-norm); rank 0 writes the final full weights and its metrics, which must match a
 single-process worker's. Without the loss scaling the weights differ by ~7e-3.
 """
@@ -67,42 +66,45 @@ def train(data_parallel: dict | None):
     return worker, None if weights is None else weights[0], metrics
 
 
-def start_ranks(out: Path, stores: list, world_size: int = 2) -> list[subprocess.Popen]:
-    """Both backends in ``world_size`` rank processes, joining ``stores`` (one per backend, served here); rank 0
-    writes ``out/<backend>/{weights.npz,metrics.json}``."""
-    ports = ",".join(str(store.port) for store in stores)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[3]),
-                                                        os.environ.get("PYTHONPATH", "")]))
-    return [subprocess.Popen([sys.executable, __file__, str(rank), str(world_size), ports, str(out)],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_ranks(out: Path, backend: str, store, world_size: int = 2) -> list[subprocess.Popen]:
+    """``backend`` in ``world_size`` fresh rank processes joining ``store`` (served here); rank 0 writes
+    ``out/<backend>/{weights.npz,metrics.json}``. Gloo on loopback, as every rank is on this machine."""
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH", "")]))
+    (out / backend).mkdir(exist_ok=True)
+    return [subprocess.Popen([sys.executable, __file__, backend, str(rank), str(world_size), str(store.port),
+                              str(out / backend)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for rank in range(world_size)]
 
 
 def wait_ranks(ranks: list[subprocess.Popen], timeout_s: float = 300) -> None:
+    """Every rank's exit; on a failure or a timeout, every rank's log."""
     try:
         logs = [process.communicate(timeout=timeout_s)[0] for process in ranks]
     except subprocess.TimeoutExpired:
         for process in ranks:
             process.kill()
         logs = [process.communicate()[0] for process in ranks]
-        raise AssertionError("ranks still running after %d s:\n%s" % (timeout_s, "\n".join(
-            f"--- rank {rank}:\n{log[-3000:]}" for rank, log in enumerate(logs)))) from None
-    for rank, (process, log) in enumerate(zip(ranks, logs)):
-        assert process.returncode == 0, f"rank {rank} failed:\n{log[-3000:]}"
+    codes = [process.returncode for process in ranks]
+    assert codes == [0] * len(ranks), "rank exit codes %s:\n%s" % (codes, "\n".join(
+        f"--- rank {rank}:\n{log[-3000:]}" for rank, log in enumerate(logs)))
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> tuple[tuple[dict, list], Path]:
-    """The single-process run (weights, metrics), computed while the 2-rank runs write theirs under the path."""
+    """The single-process run (weights, metrics), computed while the DDP ranks run; then the FSDP ranks (each
+    backend in processes of its own) write theirs under the path."""
     from embodied_rl.engines.training.data_parallel import serve_rendezvous
 
     out = tmp_path_factory.mktemp("data_parallel")
-    stores = [serve_rendezvous(timeout_s=120) for _ in BACKENDS]
-    ranks = start_ranks(out, stores)
+    stores = {backend: serve_rendezvous(timeout_s=120) for backend in BACKENDS}
+    ranks = start_ranks(out, BACKENDS[0], stores[BACKENDS[0]])
     try:
         _, weights, metrics = train(None)
     finally:
         wait_ranks(ranks)
+    for backend in BACKENDS[1:]:
+        wait_ranks(start_ranks(out, backend, stores[backend]))
     return (weights, metrics), out
 
 
@@ -146,7 +148,6 @@ if __name__ == "__main__":
     import faulthandler
 
     faulthandler.dump_traceback_later(240, exit=True)  # a hung rank prints where it hangs before the test kills it
-    rank, world_size, ports, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(","), Path(sys.argv[4])
-    for backend, port in zip(BACKENDS, ports):
-        (out / backend).mkdir(exist_ok=True)
-        rank_main(backend, rank, world_size, int(port), out / backend)
+    backend, rank, world_size, port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), \
+        Path(sys.argv[5])
+    rank_main(backend, rank, world_size, port, out)
