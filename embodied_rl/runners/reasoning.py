@@ -81,9 +81,8 @@ class ReasoningRunner:
                 self._form_weight_sync()
                 if self.resume:
                     self._restore()
-                    self._publish()
-                else:
-                    self._publish()
+                self._publish()
+                if not self.resume:
                     self._log(log, self._evaluate("eval/start"))
                     if c.sft.steps:
                         self._sft(log)
