@@ -113,10 +113,8 @@ def seconds_per_iteration(rows: list[dict], skip: int) -> float:
 BENCH_BATCH = ["rl.prompts_per_iteration=16", "rl.lr=2e-4"]
 
 
-def _batch_label(overrides: list[str]) -> str:
-    from embodied_rl.config.reasoning import load_reasoning_config
-
-    c = load_reasoning_config(TEXT_TASK, None, overrides)
+def _batch_label(c) -> str:
+    """What one RL update of the reasoning config ``c`` trains on, in words."""
     return f"{c.rl.prompts_per_iteration} prompts x {c.algorithm.group_size} responses, lr {c.rl.lr:g}"
 
 
@@ -127,7 +125,7 @@ def run_text_async_bench(iterations: int, sft_steps: int, as_json: bool, overrid
     from embodied_rl.config.reasoning import load_reasoning_config
 
     c = load_reasoning_config(TEXT_TASK, None, common)  # what both runs use, named as it is
-    result: dict = {"task": TEXT_TASK, "iterations": iterations, "batch": _batch_label(common),
+    result: dict = {"task": TEXT_TASK, "iterations": iterations, "batch": _batch_label(c),
                     "skipped_warmup_iterations": skip,
                     "workers": f"{c.generation.num_workers} generation worker(s) + {c.trainer.world_size} trainer "
                                f"rank(s), {c.torch_threads} torch thread(s) each"}
@@ -162,7 +160,10 @@ def accuracy_curve(rows: list[dict]) -> list[list[float]]:
 def run_text_tis_bench(iterations: int, sft_steps: int, eval_every: int, as_json: bool, overrides: list[str]) -> int:
     require_at_least_one(iterations=iterations, eval_every=eval_every)
     common = [f"eval.every_iterations={eval_every}", "eval.num_problems=300", *BENCH_BATCH, *overrides]
-    result: dict = {"task": TEXT_TASK, "iterations": iterations, "batch": _batch_label(common)}
+    from embodied_rl.config.reasoning import load_reasoning_config
+
+    result: dict = {"task": TEXT_TASK, "iterations": iterations,
+                    "batch": _batch_label(load_reasoning_config(TEXT_TASK, None, common))}
     with tempfile.TemporaryDirectory(prefix="bench-text-tis-") as root, Cluster(None, None):
         start = _warm_start(Path(root), sft_steps, common)
         for mode, settings in TIS_MODES.items():
