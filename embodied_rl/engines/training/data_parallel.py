@@ -238,8 +238,19 @@ class DataParallelEngine:
         return optimizer.state_dict() if self.rank == 0 else None
 
     def close(self) -> None:
-        """Leave the process group (if this engine made it)."""
+        """Leave the process group (if this engine made it); every rank calls it (a barrier), after which the
+        engine trains no more.
+
+        Why the barrier, and why the DDP wrapper goes here: gloo's worker threads free each finished collective's
+        tensors themselves, and a tensor whose Python object outlived Python's last reference needs the GIL to be
+        freed. The group's destructor joins those threads while holding the GIL, so a thread still freeing the last
+        collective's tensors when it runs deadlocks the process (seen: a rank hung at exit, once in 3 runs). The
+        barrier blocks here without the GIL until every earlier collective has completed on both sides, which
+        gives the threads their turn; dropping DDP's reducer (it holds the group) then destroys the group at this
+        known point rather than whenever the wrapper happens to be collected."""
         if self._owns_group and dist.is_initialized():
+            dist.barrier()
+            self.module = self.model
             dist.destroy_process_group()
         self._owns_group = False
 
