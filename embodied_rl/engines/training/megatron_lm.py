@@ -123,7 +123,11 @@ def initialize_tensor_parallel(tp_size: int, *, rank: int, master_port: int, mas
 
 
 def shutdown() -> None:
-    """Undo ``initialize_tensor_parallel``: Megatron's groups (its memory buffer with them) and the default group."""
+    """Undo ``initialize_tensor_parallel``: Megatron's groups (its memory buffer with them) and the default group.
+    Every rank calls it; the barrier first lets gloo's threads free the last collective's tensors before the groups'
+    destructors join them (``DataParallelEngine.close`` says why that matters)."""
+    if dist.is_initialized():
+        dist.barrier()
     parallel_state.destroy_model_parallel()
     if dist.is_initialized():
         dist.destroy_process_group()
