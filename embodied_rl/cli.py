@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     text_tis_bench.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for all runs")
     channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
     channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
+    channel_bench.add_argument("--sizes", default=None, help="comma list of message sizes to measure, from "
+                               "1KB,1MB,100MB (default: all)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -200,7 +202,7 @@ def dispatch(args) -> int:
     if args.command == "bench" and args.bench == "channel":
         from embodied_rl.bench.channel_bench import run_channel_bench
 
-        return run_channel_bench(args.json, args.repeats)
+        return run_channel_bench(args.json, args.repeats, args.sizes)
     raise ConfigError(f"unknown command {args.command!r}")
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import ray
 
 from embodied_rl.bench import require_at_least_one
+from embodied_rl.config.errors import ConfigError
 from embodied_rl.runtime import Channel, Cluster, Worker, WorkerGroup
 
 SIZES = {"1KB": 1 << 10, "1MB": 1 << 20, "100MB": 100 << 20}
@@ -100,8 +101,20 @@ def _count(nbytes: int) -> int:
     return max(8, min(300, (400 << 20) // max(nbytes, 1) // 4))
 
 
-def run_channel_bench(as_json: bool, repeats: int = 2) -> int:
+def parse_sizes(text: str | None) -> dict[str, int]:
+    """``--sizes`` (a comma list of ``SIZES`` labels, e.g. ``1KB,1MB``; None: all) as ``{label: bytes}``."""
+    if text is None:
+        return dict(SIZES)
+    labels = [label.strip() for label in text.split(",") if label.strip()]
+    unknown = [label for label in labels if label not in SIZES]
+    if unknown or not labels:
+        raise ConfigError(f"--sizes={text!r}; allowed: a comma list of {', '.join(SIZES)}")
+    return {label: SIZES[label] for label in labels}
+
+
+def run_channel_bench(as_json: bool, repeats: int = 2, sizes: str | None = None) -> int:
     require_at_least_one(repeats=repeats)
+    measured_sizes = parse_sizes(sizes)
     results: dict = {"sizes": {}}
     with Cluster(num_cpus=2) as cluster:
         group = WorkerGroup(ChannelBenchWorker, "channel-bench", 2, cpus_per_worker=0.5)
@@ -111,7 +124,7 @@ def run_channel_bench(as_json: bool, repeats: int = 2) -> int:
         by_reference = {"shared_memory_by_reference": channels["shared_memory"]}
         for channel in channels.values():
             ray.get([receiver.subscribe.remote(channel, "data"), sender.subscribe.remote(channel, "reply")])
-        for label, nbytes in SIZES.items():
+        for label, nbytes in measured_sizes.items():
             count = _count(nbytes)
             best: dict[str, float] = {}
             for _ in range(repeats):
