@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +71,16 @@ def serve_rendezvous(address: str = "127.0.0.1", timeout_s: float = 600.0) -> di
     run; one store per group."""
     return dist.TCPStore(address, 0, is_master=True, wait_for_workers=False,
                          timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def barrier_before_leaving() -> None:
+    """A barrier over the default process group just before it is destroyed (``DataParallelEngine.close`` says why).
+    A peer that is gone fails it (at once when its connection closed, else after the group's timeout); the caller
+    then leaves all the same, with a warning naming the error."""
+    try:
+        dist.barrier()
+    except RuntimeError as error:  # torch's DistBackendError is one
+        warnings.warn(f"leaving the process group without the other ranks: {str(error).splitlines()[0]}")
 
 
 class DataParallelEngine:
@@ -249,7 +260,7 @@ class DataParallelEngine:
         gives the threads their turn; dropping DDP's reducer (it holds the group) then destroys the group at this
         known point rather than whenever the wrapper happens to be collected."""
         if self._owns_group and dist.is_initialized():
-            dist.barrier()
+            barrier_before_leaving()
             self.module = self.model
             dist.destroy_process_group()
         self._owns_group = False

@@ -41,6 +41,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from embodied_rl.engines.training.data_parallel import barrier_before_leaving
+
 with warnings.catch_warnings():  # without Transformer Engine and Apex it falls back to torch, which is the point
     warnings.filterwarnings("ignore", message=".*(Transformer Engine|Apex).* not installed")
     from megatron.core import parallel_state, tensor_parallel
@@ -127,7 +129,7 @@ def shutdown() -> None:
     Every rank calls it; the barrier first lets gloo's threads free the last collective's tensors before the groups'
     destructors join them (``DataParallelEngine.close`` says why that matters)."""
     if dist.is_initialized():
-        dist.barrier()
+        barrier_before_leaving()
     parallel_state.destroy_model_parallel()
     if dist.is_initialized():
         dist.destroy_process_group()
