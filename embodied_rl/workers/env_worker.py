@@ -16,6 +16,9 @@ from embodied_rl.runtime import Worker
 from sim_envs.vector_env import obs_rows
 
 
+SAMPLE_STREAMS = {"eval": 1}
+"""Extra seed entropy that separates an evaluation request's sampling stream from training's."""
+
 ANSWER_TIMEOUT_S = 600.0
 """How long an env worker waits for the answer to one request before it fails (the driver then replaces it):
 far longer than any forward pass, so only a rollout side that hangs without dying reaches it."""
@@ -66,7 +69,8 @@ class EnvWorker(Worker):
         self.incarnation = incarnation  # replacements of this rank so far (see responses_key)
         self.answer_timeout_s = answer_timeout_s
         self.last_requests: list[PolicyRequest | None] = [None] * len(self.stages)
-        self.sequence = 0
+        self.sequence = 0  # every request this worker sent (answers are matched on it)
+        self.sample_requests = {"train": 0, "eval": 0}  # requests per purpose: each purpose seeds its own stream
         self.seeded_sampling = seeded_sampling
         self.resent = 0  # requests sent again after a rollout worker died
         self.steps_simulated = 0  # training steps (``interact``) of all envs of this worker
@@ -92,11 +96,19 @@ class EnvWorker(Worker):
     def action_shape(self):
         return self.stages[0].single_action_shape
 
-    def _request(self, stage: int, obs, final_obs, deterministic=False, want_actions=True) -> None:
+    def _request(self, stage: int, obs, final_obs, deterministic=False, want_actions=True,
+                 purpose: str = "train") -> None:
+        """Ask for this stage's actions. ``purpose`` (``train`` or ``eval``, videos included) picks the request
+        counter that seeds sampled actions: evaluations draw from a stream of their own, so when (or whether) a run
+        evaluates never changes what it trains."""
         self.sequence += 1
+        self.sample_requests[purpose] += 1
         sample_seed = None
         if self.seeded_sampling:
-            sample_seed = int(np.random.SeedSequence([self.seed, self.rank, stage, self.sequence]).generate_state(1)[0])
+            entropy = [self.seed, self.rank, stage, self.sample_requests[purpose]]
+            if purpose != "train":  # a disjoint stream (training keeps the seeds of earlier versions)
+                entropy.append(SAMPLE_STREAMS[purpose])
+            sample_seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
         request = PolicyRequest(self.rank, obs, final_obs, deterministic, want_actions, stage, self.incarnation,
                                 self.sequence, sample_seed)
         self.last_requests[stage] = request
@@ -153,7 +165,8 @@ class EnvWorker(Worker):
             return None
         return {"layout": self._layout(), "stages": [env.snapshot() for env in self.stages],
                 "seed": self.seed, "group_episodes": list(self.group_episodes), "eval_seed": self.eval_seed,
-                "sequence": self.sequence, "steps_simulated": self.steps_simulated}
+                "sequence": self.sequence, "sample_requests": dict(self.sample_requests),
+                "steps_simulated": self.steps_simulated}
 
     def _layout(self) -> dict:
         return {"rank": self.rank, "envs": self.num_envs, "stages": len(self.stages),
@@ -170,6 +183,9 @@ class EnvWorker(Worker):
         self.group_episodes = [int(e) for e in state["group_episodes"]]
         self.eval_seed = int(state["eval_seed"])
         self.sequence = int(state["sequence"])
+        # Checkpoints from before evaluations had their own stream counted every request as training's.
+        self.sample_requests = {k: int(v) for k, v in state.get("sample_requests",
+                                                                {"train": state["sequence"], "eval": 0}).items()}
         self.steps_simulated = int(state["steps_simulated"])
 
     def group_progress(self) -> list[int]:
@@ -250,7 +266,7 @@ class EnvWorker(Worker):
         quota = np.full(self.num_envs, num_episodes // self.num_envs)
         quota[: num_episodes % self.num_envs] += 1
         while (quota > 0).any():
-            self._request(0, obs, None, deterministic=deterministic)
+            self._request(0, obs, None, deterministic=deterministic, purpose="eval")
             batch, ended = step_decision(self.eval_env, self._response(0).actions)
             for i, stats in ended:
                 if quota[i] > 0:
@@ -266,7 +282,7 @@ class EnvWorker(Worker):
         self.channel.refresh()
 
         def act(obs):
-            self._request(0, obs, None, deterministic=True)
+            self._request(0, obs, None, deterministic=True, purpose="eval")
             return self._response(0).actions
 
         return record_episodes(self.task, self.env_options, num_episodes, self.stages[0].max_episode_steps,
