@@ -19,6 +19,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
+def _retries(text: str) -> int:
+    """``--retries``: an integer >= 0 (argparse turns the error into one line, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: an integer >= 0")
+    return value
+
+
 def _add_loop_arguments(parser, env_workers: int, envs_per_worker: int, steps: int, repeats: int = 2) -> None:
     """Arguments of the benches that run the env/rollout loop."""
     parser.add_argument("--task", default="maniskill_pickcube")
@@ -38,8 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--task", help="a registered task (see `embodied-rl tasks`)")
     train.add_argument("--config", help="YAML file merged over the task's recipe")
     train.add_argument("--run-dir", help="run directory (default runs/<task>-<time>)")
-    train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its latest checkpoint")
+    train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest "
+                       "checkpoint (a clean one unless a stop checkpoint is of a later iteration)")
     train.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    train.add_argument("--retries", type=_retries, default=0, metavar="N",
+                       help="after a runtime failure, resume from the newest checkpoint up to N times (default 0)")
     train.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. algorithm.lr=1e-4")
 
     evaluate = commands.add_parser("eval", help="evaluate a checkpoint")
@@ -158,7 +172,8 @@ def dispatch(args) -> int:
     if args.command == "train":
         from embodied_rl.commands.train import run_train
 
-        return run_train(args.task, args.config, args.overrides, args.run_dir, args.resume, args.ray_address)
+        return run_train(args.task, args.config, args.overrides, args.run_dir, args.resume, args.ray_address,
+                         args.retries)
     if args.command == "eval":
         from embodied_rl.commands.evaluate import run_eval
 

@@ -3,12 +3,19 @@
 A staged recipe (``stages``) runs its stages one after another in ``<run_dir>/<i>-<name>/``, each a run directory
 of its own, each starting from the previous stage's best checkpoint; ``--resume`` skips finished stages and
 continues the first unfinished one from its latest checkpoint.
+
+``--retries N`` (job-level, like Ray Train's ``FailureConfig(max_failures)``): after a runtime failure (an
+exception other than a bad config or an interrupt), the run is resumed from its newest checkpoint in the same
+process, the same way ``--resume`` does, at most N times, with one line per retry; an attempt that never wrote a
+checkpoint starts over.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
+import traceback
 from pathlib import Path
 
 from embodied_rl.commands.preflight import check_task_starts
@@ -16,9 +23,12 @@ from embodied_rl.config import ConfigError, TrainConfig
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.stages import load_stages
 from embodied_rl.utils.atomic import write_text_atomic
-from embodied_rl.utils.checkpoint import list_checkpoints, load_checkpoint
+from embodied_rl.utils.checkpoint import (checkpoint_iteration, has_checkpoint, is_stop_checkpoint, list_checkpoints,
+                                         load_checkpoint, newest_first)
 
 SUMMARY_FILE = "summary.json"
+FAILURES_FILE = "failures.log"
+"""In the run directory: the traceback of each failed attempt that ``--retries`` retried."""
 
 
 def _resume_config(run_dir: Path) -> str:
@@ -29,10 +39,15 @@ def _resume_config(run_dir: Path) -> str:
 
 
 def run_train(task: str | None, config_file: str | None, overrides: list[str], run_dir: str | None,
-              resume: bool, ray_address: str | None) -> int:
+              resume: bool, ray_address: str | None, retries: int = 0) -> int:
     from embodied_rl.commands.train_reasoning import is_text_task, run_reasoning_train, saved_task
 
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigError(f"--retries={retries!r} is out of range; allowed: an integer >= 0")
     if is_text_task(task or (saved_task(Path(run_dir)) if resume and run_dir else None)):
+        if retries:
+            raise ConfigError(f"--retries={retries}: text tasks cannot retry yet; allowed: 0 (after a failure, "
+                              "`embodied-rl train --run-dir D --resume` continues the run)")
         if ray_address:
             overrides = [*overrides, f"cluster.address={ray_address}"]
         return run_reasoning_train(task, config_file, overrides, run_dir, resume)
@@ -52,26 +67,85 @@ def run_train(task: str | None, config_file: str | None, overrides: list[str], r
         raise ConfigError(f"run_dir {directory} already exists and is not empty; pass --resume to continue it "
                           "or choose another directory")
     staged = len(stages) > 1 or stages[0].name != "train"
-    if resume and not staged and not list_checkpoints(directory / "checkpoints"):
+    if resume and not staged and not has_checkpoint(directory / "checkpoints"):
         raise ConfigError(f"--resume: {directory} has no checkpoint to resume from")
     check_task_starts(stages[0].config)
     directory.mkdir(parents=True, exist_ok=True)
     base.run_dir = str(directory)
     write_text_atomic(directory / "config.yaml", to_yaml(base))  # on --resume: with the overrides given now
     print(f"run directory: {directory}", flush=True)
-    if not staged:
-        summary = _run_one(stages[0].config, directory, resume)
-    else:
-        summary = _run_stages(stages, directory, resume)
+    attempt = 1
+    while True:
+        try:
+            summary = _run_one(stages[0].config, directory, resume) if not staged else \
+                _run_stages(stages, directory, resume)
+            break
+        except ConfigError:
+            raise
+        except Exception as error:  # a runtime failure (KeyboardInterrupt, a user's stop, is no Exception)
+            if attempt > retries:
+                raise
+            _record_failure(directory, attempt)
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            print(f"retry {attempt}/{retries}: attempt {attempt} failed ({type(error).__name__}: {first_line}); "
+                  f"resuming {directory} from its newest checkpoint (traceback in {directory / FAILURES_FILE})",
+                  file=sys.stderr, flush=True)
+            attempt += 1
+            # As `--resume` would: the run's own config.yaml (the overrides given and any resize since, recorded)
+            base, stages = load_stages(None, str(directory / "config.yaml"), [])
+            resume = True
     write_text_atomic(directory / SUMMARY_FILE, json.dumps(summary, indent=2))
     print(json.dumps(summary), flush=True)
     return 0
 
 
+def _record_failure(directory: Path, attempt: int) -> None:
+    """Append the failed attempt's traceback to the run's ``failures.log``."""
+    with open(directory / FAILURES_FILE, "a") as handle:
+        handle.write(f"--- attempt {attempt} failed at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        traceback.print_exc(file=handle)
+
+
+def _start_over(directory: Path) -> None:
+    """A retried attempt that never wrote a checkpoint: clear what it logged (the run's ``config.yaml`` and
+    ``failures.log`` stay), so the next attempt starts as the first did."""
+    import shutil
+
+    for entry in directory.iterdir():
+        if entry.name in ("config.yaml", FAILURES_FILE):
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _resume_from(directory: Path):
+    """The checkpoint ``--resume`` continues from (``load_checkpoint``'s rule: the newest, a clean one winning a
+    tie with a stop one), with one note line saying which it is."""
+    checkpoint = load_checkpoint(directory)
+    counters, name = checkpoint.counters, checkpoint.path.name
+    if is_stop_checkpoint(checkpoint.path):
+        print(f"note: resuming from the stop checkpoint {name} ({counters.get('stop_reason', 'interrupted')}): "
+              "it is of a later iteration than every clean checkpoint; it holds no env states and its weights may "
+              "be one update past its counters, so this resume is not exact", file=sys.stderr, flush=True)
+    else:
+        skipped = [p.name for p in newest_first(directory / "checkpoints")
+                   if is_stop_checkpoint(p) and checkpoint_iteration(p) == checkpoint_iteration(checkpoint.path)]
+        also = f" (not the stop checkpoint {skipped[0]} of the same iteration: an exact resume needs the clean " \
+               "one)" if skipped else ""
+        print(f"note: resuming from {name} at iteration {counters.get('iteration', 0)}{also}", file=sys.stderr,
+              flush=True)
+    return checkpoint
+
+
 def _run_one(config: TrainConfig, directory: Path, resume: bool) -> dict:
     from embodied_rl.runners.embodied import EmbodiedRunner
 
-    checkpoint = load_checkpoint(directory) if resume else None
+    if resume and not has_checkpoint(directory / "checkpoints"):
+        _start_over(directory)  # only a retry gets here: `--resume` itself refuses a run without checkpoints
+        resume = False
+    checkpoint = _resume_from(directory) if resume else None
     config.run_dir = str(directory)
     runner = EmbodiedRunner(config, directory, checkpoint)
     started = time.perf_counter()
@@ -96,7 +170,7 @@ def _run_stages(stages: list, directory: Path, resume: bool) -> dict:
             if config.init_from is None and previous is not None:
                 best = list_checkpoints(previous / BEST_CHECKPOINT_DIR)
                 config.init_from = str(best[-1] if best else previous)
-            again = resume and bool(list_checkpoints(stage_dir / "checkpoints"))
+            again = resume and has_checkpoint(stage_dir / "checkpoints")
             if not again:
                 if stage_dir.exists():
                     import shutil

@@ -1,10 +1,22 @@
 """Checkpoints: ``checkpoints/iter_000040/`` with safetensors weights, optimizer + RNG state, counters, config.
 
-Each checkpoint is written to a hidden staging directory and renamed into place, so a crash mid-save never
-leaves a checkpoint that looks complete but is not. Loading runs no code from the files: weights are safetensors,
+Each checkpoint is written to a hidden staging directory and renamed into place (every file, the directory and the
+rename fsynced), so a crash mid-save never leaves a checkpoint that looks complete but is not; leftovers of such a
+crash are swept at the next save or run start. Loading runs no code from the files: weights are safetensors,
 the trainer state is read with ``torch.load(weights_only=True)`` (tensors and plain containers only). When a run
 directory's newest checkpoint cannot be read (truncated, corrupt), loading falls back to the one before, with a
 warning.
+
+Two kinds live side by side in ``checkpoints/``:
+
+* clean ``iter_N/``: written between iterations, with the env workers' states: a resume from one is exact;
+* stop ``interrupted_iter_N/``: written when a run stops mid-iteration (Ctrl-C, SIGTERM, a failure in the
+  driver's loop), counters marked ``interrupted`` with a ``stop_reason``; no env states, and the weights may be one
+  update past the counters. It never replaces or rotates out a clean checkpoint.
+
+A run directory resolves to its newest checkpoint, a clean one winning a tie: a stop checkpoint is used only when it
+is of a later iteration than every clean one (strictly more training). A clean checkpoint of iteration N removes the
+stop checkpoints of iterations before N (they are superseded); ``keep_last`` counts clean checkpoints only.
 """
 
 from __future__ import annotations
@@ -13,7 +25,6 @@ import io
 import json
 import shutil
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +33,8 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-from embodied_rl.utils.atomic import publish_directory
+from embodied_rl.utils.atomic import (fsync_path, make_staging_directory, publish_directory, remove_directory,
+                                     sweep_publish_leftovers)
 
 WEIGHTS_FILE = "model.safetensors"
 TRAINER_STATE_FILE = "trainer_state.pt"
@@ -42,12 +54,24 @@ class Checkpoint:
     env_state: list | None = None
 
 
+CLEAN_PREFIX = "iter_"
+STOP_PREFIX = "interrupted_iter_"
+"""Name prefix of stop checkpoints (written when a run stops mid-iteration), beside clean ``iter_N`` ones."""
+
+
 def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, trainer_state: bytes,
-                    counters: dict, config_yaml: str, keep_last: int, env_state: list | None = None) -> Path:
+                    counters: dict, config_yaml: str, keep_last: int, env_state: list | None = None,
+                    stopped: bool = False) -> Path:
+    """Write ``iter_<iteration>/`` (or, ``stopped``, ``interrupted_iter_<iteration>/``) in ``checkpoints_dir``.
+    A clean one then rotates the clean ones to the newest ``keep_last`` and removes superseded stop checkpoints;
+    a stop checkpoint removes nothing."""
     checkpoints_dir = Path(checkpoints_dir)
+    created = not checkpoints_dir.is_dir()
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=checkpoints_dir, prefix=".staging-"))
-    staging.chmod(0o755)
+    if created:
+        fsync_path(checkpoints_dir.parent)
+    sweep_publish_leftovers(checkpoints_dir)
+    staging = make_staging_directory(checkpoints_dir)
     try:
         save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(staging / WEIGHTS_FILE))
         (staging / TRAINER_STATE_FILE).write_bytes(trainer_state)
@@ -55,18 +79,63 @@ def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, traine
         (staging / CONFIG_FILE).write_text(config_yaml)
         if env_state is not None:
             (staging / ENV_STATE_FILE).write_text(json.dumps(env_state))
-        final = checkpoints_dir / f"iter_{iteration:06d}"
-        publish_directory(staging, final)
+        final = checkpoints_dir / f"{STOP_PREFIX if stopped else CLEAN_PREFIX}{iteration:06d}"
+        publish_directory(staging, final)  # fsyncs the files, the directory and the rename
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    for old in list_checkpoints(checkpoints_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+    if not stopped:
+        for old in list_checkpoints(checkpoints_dir)[:-keep_last]:
+            remove_directory(old)
+        for old in list_stop_checkpoints(checkpoints_dir):
+            if checkpoint_iteration(old) < iteration:
+                remove_directory(old)
     return final
 
 
 def list_checkpoints(checkpoints_dir: Path) -> list[Path]:
-    return sorted(p for p in Path(checkpoints_dir).glob("iter_*") if (p / WEIGHTS_FILE).is_file())
+    """The clean checkpoints in ``checkpoints_dir``, oldest first."""
+    return _listed(checkpoints_dir, CLEAN_PREFIX)
+
+
+def list_stop_checkpoints(checkpoints_dir: Path) -> list[Path]:
+    """The stop checkpoints (``interrupted_iter_N``) in ``checkpoints_dir``, oldest first."""
+    return _listed(checkpoints_dir, STOP_PREFIX)
+
+
+def _listed(checkpoints_dir: Path, prefix: str) -> list[Path]:
+    return sorted(p for p in Path(checkpoints_dir).glob(f"{prefix}*")
+                  if p.name[len(prefix):].isdigit() and (p / WEIGHTS_FILE).is_file())
+
+
+def checkpoint_iteration(path: Path) -> int:
+    return int(Path(path).name.rsplit("_", 1)[1])
+
+
+def is_stop_checkpoint(path: Path) -> bool:
+    return Path(path).name.startswith(STOP_PREFIX)
+
+
+def newest_first(checkpoints_dir: Path) -> list[Path]:
+    """All checkpoints of ``checkpoints_dir`` in the order a resume tries them: by iteration, newest first, a clean
+    one before a stop one of the same iteration (exact resume needs the clean one)."""
+    found = list_checkpoints(checkpoints_dir) + list_stop_checkpoints(checkpoints_dir)
+    return sorted(found, key=lambda p: (checkpoint_iteration(p), not is_stop_checkpoint(p)), reverse=True)
+
+
+def has_checkpoint(checkpoints_dir: Path) -> bool:
+    """Whether ``checkpoints_dir`` holds any checkpoint a resume can start from (clean or stop)."""
+    return bool(newest_first(checkpoints_dir))
+
+
+def sweep_checkpoint_leftovers(run_dir: Path, folders: tuple[str, ...] = ("checkpoints", "best_checkpoint")) -> None:
+    """At a run's start: remove what saves killed mid-way left in the run's checkpoint folders (see
+    ``sweep_publish_leftovers``), one note line per folder where something was done."""
+    for name in folders:
+        done = sweep_publish_leftovers(Path(run_dir) / name)
+        if done:
+            print(f"note: {Path(run_dir) / name}: leftovers of an interrupted save: {'; '.join(done)}",
+                  file=sys.stderr, flush=True)
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -76,17 +145,17 @@ def resolve_checkpoint(path: Path) -> Path:
 
 
 def _candidates(path: Path) -> list[Path]:
-    """The checkpoint ``path`` names, or a run directory's checkpoints newest first."""
+    """The checkpoint ``path`` names, or a run directory's checkpoints newest first (see ``newest_first``)."""
     if path.is_file() and path.name == WEIGHTS_FILE:
         return [path.parent]
     if (path / WEIGHTS_FILE).is_file():
         return [path]
-    found = list_checkpoints(path / "checkpoints") if (path / "checkpoints").is_dir() else []
+    found = newest_first(path / "checkpoints") if (path / "checkpoints").is_dir() else []
     if found:
-        return found[::-1]
-    found = list_checkpoints(path)  # a folder of checkpoints itself: a run's checkpoints/ or best_checkpoint/
+        return found
+    found = newest_first(path)  # a folder of checkpoints itself: a run's checkpoints/ or best_checkpoint/
     if found:
-        return found[::-1]
+        return found
     raise FileNotFoundError(f"no checkpoint at {path} (expected a checkpoint directory with {WEIGHTS_FILE}, "
                             "a folder of such directories, or a run directory with checkpoints/)")
 
