@@ -30,7 +30,7 @@ from embodied_rl.runners.turns import PhaseTurns
 from embodied_rl.runtime import Cluster
 from embodied_rl.runtime.device_lock import DeviceLock
 from embodied_rl.utils.atomic import write_text_atomic
-from embodied_rl.utils.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from embodied_rl.utils.checkpoint import Checkpoint, load_checkpoint, save_checkpoint, sweep_checkpoint_leftovers
 from embodied_rl.utils.metrics_log import MetricsLog
 from embodied_rl.utils.progress import TrainingProgress
 
@@ -83,6 +83,7 @@ class EmbodiedRunner:
 
     def run(self) -> dict:
         c = self.config
+        sweep_checkpoint_leftovers(self.run_dir, ("checkpoints", BEST_CHECKPOINT_DIR))
         with Cluster(c.cluster.address, c.cluster.num_cpus) as cluster:
             if self.resume is not None:
                 self.iteration = int(self.resume.counters.get("iteration", 0))
@@ -121,6 +122,9 @@ class EmbodiedRunner:
                         self._loop(workers, turns, log, progress)
                 except KeyboardInterrupt:  # Ctrl-C or SIGTERM (cluster.install_interrupt_handler)
                     self._checkpoint_on_interrupt(workers, turns)
+                    raise
+                except Exception as error:  # a failure on the driver's side (a lost worker, a timeout, ...)
+                    self._checkpoint_on_interrupt(workers, turns, failure=error)
                     raise
                 turns.close()
             finally:
@@ -330,30 +334,44 @@ class EmbodiedRunner:
             with turns.training("checkpoint"):
                 self.save(workers)
 
-    def _checkpoint_on_interrupt(self, workers, turns: PhaseTurns) -> None:
-        """Keep what was trained before an interrupt: a checkpoint of the actor's weights as they are now (an
-        update the interrupt cut short finishes on the actor first, so they may be one update past the counters,
-        which count finished iterations), marked ``interrupted`` in its counters."""
+    def _checkpoint_on_interrupt(self, workers, turns: PhaseTurns, failure: BaseException | None = None) -> None:
+        """Keep what was trained before an interrupt (or, ``failure``, an exception in the driver's loop with the
+        actor alive): a stop checkpoint ``checkpoints/interrupted_iter_N`` of the actor's weights as they are now
+        (an update the interrupt cut short finishes on the actor first, so they may be one update past the
+        counters, which count finished iterations), marked ``interrupted`` with a ``stop_reason`` in its counters.
+        It never replaces the clean ``iter_N`` (which holds the env states an exact resume needs)."""
         if self.iteration == 0:
             return  # nothing trained yet
-        print("interrupted: writing a checkpoint (interrupt again to skip it)", file=sys.stderr, flush=True)
+
+        def _first_line(error) -> str:
+            return str(error).strip().splitlines()[0] if str(error).strip() else ""
+
+        if failure is None:
+            print("interrupted: writing a checkpoint (interrupt again to skip it)", file=sys.stderr, flush=True)
+            reason, prefix = "interrupt", "warning"
+        else:  # one line in all, after the attempt
+            reason = prefix = f"failure: {type(failure).__name__}: {_first_line(failure)}"
         try:
             # Outside the turns: the actor's state is readable wherever it lives, and a turn would wait on it twice.
-            path = self.save(workers, interrupted=True, timeout=INTERRUPT_CHECKPOINT_TIMEOUT_S)
+            path = self.save(workers, interrupted=True, timeout=INTERRUPT_CHECKPOINT_TIMEOUT_S, reason=reason)
         except ray.exceptions.GetTimeoutError:
-            print(f"warning: no checkpoint written on interrupt: the actor was still busy after "
+            print(f"{prefix}: no checkpoint written: the actor was still busy after "
                   f"{INTERRUPT_CHECKPOINT_TIMEOUT_S:.0f} s", file=sys.stderr, flush=True)
             return
         except Exception as error:  # a dead actor: the last scheduled checkpoint stays the newest
-            print(f"warning: no checkpoint written on interrupt: {type(error).__name__}: {error}",
+            print(f"{prefix}: no checkpoint written: {type(error).__name__}: {_first_line(error)}",
                   file=sys.stderr, flush=True)
             return
-        print(f"checkpoint written: {path}", file=sys.stderr, flush=True)
+        if failure is None:
+            print(f"checkpoint written: {path}", file=sys.stderr, flush=True)
+        else:
+            print(f"{reason}; stop checkpoint written: {path}", file=sys.stderr, flush=True)
 
     def save(self, workers, directory: Path | None = None, keep_last: int | None = None,
-             interrupted: bool = False, timeout: float | None = None) -> Path:
+             interrupted: bool = False, timeout: float | None = None, reason: str = "interrupt") -> Path:
         """Checkpoint into ``directory`` (default ``run_dir/checkpoints``); ``timeout``: seconds to wait for the
-        actor's state (``ray.exceptions.GetTimeoutError`` after)."""
+        actor's state (``ray.exceptions.GetTimeoutError`` after). ``interrupted``: a stop checkpoint
+        (``interrupted_iter_N``, counters marked with ``reason``, no env states), never a clean one's replacement."""
         state = ray.get(workers.actor.call("training_state")[0], timeout=timeout)
         counters = {"iteration": self.iteration, "env_steps": self.env_steps, "policy_spec": workers.policy_spec,
                     "task": self.config.task, "best_success_once": self.best_success,
@@ -361,9 +379,11 @@ class EmbodiedRunner:
         env_state = None
         if interrupted:
             counters["interrupted"] = True  # env workers may be mid-round: their states are not saved
+            counters["stop_reason"] = reason
         elif not self.supervised:
             env_state = ray.get(workers.env.call("snapshot"), timeout=timeout)
         return save_checkpoint(directory or self.run_dir / "checkpoints", self.iteration, state["weights"],
                                state["trainer_state"], counters, to_yaml(self.config),
                                keep_last or self.config.checkpoint.keep_last,
-                               env_state if env_state and all(s is not None for s in env_state) else None)
+                               env_state if env_state and all(s is not None for s in env_state) else None,
+                               stopped=interrupted)
