@@ -4,16 +4,25 @@ A channel handle is a small picklable object; pass it to workers. ``put(item, ke
 ``key`` (when several workers read the same key, the least busy one on this node: see ``reader_load``);
 ``get(key)`` blocks until an item for ``key`` arrives in this process. Readers announce themselves with
 ``subscribe(key)`` (``get`` does it on first use); a sender waits for the first reader of a key to appear.
+
+A ``put`` never waits for the reader's owner to call ``get``: each process receives in the background (see
+``transports.sockets``), so a put returns once its bytes are across, and its ``timeout`` bounds the whole of it
+(finding a reader, connecting, sending): a reader process that takes no bytes (stopped, hung) makes it raise
+``ChannelTimeout`` naming the channel, key and reader.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import threading
 import time
 
 import ray
 
 from embodied_rl.runtime.reader_load import ReaderLoad, ReaderLoads, least_loaded
+from embodied_rl.runtime.transports.framing import SendTimeout
+from embodied_rl.runtime.transports.session_files import register_process, sweep_dead_sessions
 from embodied_rl.runtime.transports.shared_memory import DEFAULT_THRESHOLD
 from embodied_rl.runtime.transports.sockets import Inbox, Outbox
 
@@ -28,15 +37,21 @@ class ChannelTimeout(TimeoutError):
 
 
 class _ProcessEndpoints:
-    """The one inbox and outbox of this process, per cluster session."""
+    """The one inbox and outbox of this process, per cluster session.
+
+    Creating them records this process in the session's directory on its node and sweeps the files of dead
+    sessions there (so every node a run uses is swept, not only the driver's).
+    """
 
     _by_session: dict[str, "_ProcessEndpoints"] = {}
+    _creating = threading.Lock()
 
     def __init__(self, session_dir: str, authkey: bytes):
-        import os
-
         os.makedirs(session_dir, mode=0o700, exist_ok=True)  # absent on other nodes of a multi-node cluster
+        register_process(session_dir)
+        sweep_dead_sessions(keep=session_dir)
         node_id = ray.get_runtime_context().get_node_id()
+        self.pid = os.getpid()
         self.inbox = Inbox(session_dir, node_id, ray.util.get_node_ip_address(), authkey)
         self.outbox = Outbox(node_id, authkey, os.path.basename(session_dir))
         self.node_id = node_id
@@ -46,8 +61,11 @@ class _ProcessEndpoints:
     @classmethod
     def of(cls, session_dir: str, authkey: bytes) -> "_ProcessEndpoints":
         endpoints = cls._by_session.get(session_dir)
-        if endpoints is None:
-            endpoints = cls._by_session[session_dir] = cls(session_dir, authkey)
+        if endpoints is None or endpoints.pid != os.getpid():  # a forked child has none of the parent's threads
+            with cls._creating:
+                endpoints = cls._by_session.get(session_dir)
+                if endpoints is None or endpoints.pid != os.getpid():
+                    endpoints = cls._by_session[session_dir] = cls(session_dir, authkey)
         return endpoints
 
 
@@ -114,6 +132,7 @@ class Channel:
             load = endpoints.own_loads.get((self.name, key))
             if load is None:
                 load = endpoints.own_loads[(self.name, key)] = ReaderLoad(endpoints.outbox.encoder.segment_prefix)
+                endpoints.inbox.queues.watch((self.name, key), load)
             ray.get(self.directory.subscribe.remote(self.name, key, endpoints.inbox.address, load.path))
             self._subscribed.add(key)
 
@@ -123,6 +142,7 @@ class Channel:
             ray.get(self.directory.unsubscribe.remote(self.name, key, endpoints.inbox.address))
             load = endpoints.own_loads.pop((self.name, key), None)
             if load is not None:
+                endpoints.inbox.queues.watch((self.name, key), None)
                 load.close()
             self._subscribed.discard(key)
 
@@ -133,63 +153,71 @@ class Channel:
     def get_batch(self, key: str = "default", max_items: int = 1 << 30, timeout: float | None = None) -> list:
         """Wait for at least one item for ``key``, then take every item already here, up to ``max_items``."""
         self.subscribe(key)
-        endpoints = self._endpoints
-        inbox, load = endpoints.inbox, endpoints.own_loads[(self.name, key)]
-        queue = inbox.queues[(self.name, key)]
-        load.update(len(queue), busy=False)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not queue:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not inbox.pump(remaining) and deadline is not None and time.monotonic() >= deadline:
-                raise ChannelTimeout(f"no item for key {key!r} on channel {self.name!r} within {timeout} s")
-        while inbox.pump(0):  # drain what else has already arrived
-            pass
-        items = [queue.popleft() for _ in range(min(max_items, len(queue)))]
-        load.update(len(queue), busy=True)
+        items = self._endpoints.inbox.take(self.name, key, max_items, timeout)
+        if not items:
+            raise ChannelTimeout(f"no item for key {key!r} on channel {self.name!r} within {timeout} s")
         return items
 
     def qsize(self, key: str = "default") -> int:
         """Items for ``key`` already received by this process."""
-        return len(self._endpoints.inbox.queues[(self.name, key)])
+        return self._endpoints.inbox.qsize(self.name, key)
 
     # --- writing -------------------------------------------------------------------------------------------
     def put(self, item, key: str = "default", timeout: float = 120.0) -> None:
-        """Send ``item`` to one reader of ``key`` (waits up to ``timeout`` s for a reader to subscribe)."""
-        readers = self._readers.get(key) or self._lookup_readers(key, timeout)
+        """Send ``item`` to one reader of ``key`` within ``timeout`` s: waiting for a reader to subscribe, then
+        for it to take the bytes (not for it to call ``get``). Raises ``ChannelTimeout`` when time runs out."""
+        deadline = time.monotonic() + timeout
+        readers = self._readers.get(key) or self._lookup_readers(key, timeout, deadline)
         endpoints = self._endpoints
         address = self._choose(key, readers, endpoints)
         while True:
             try:
-                self._send(endpoints, address, key, item)
+                self._send(endpoints, address, key, item, deadline, timeout)
                 return
+            except ChannelTimeout:
+                raise
             except OSError:
                 # That reader is gone (killed, crashed or left): drop it for everyone and try the others.
-                endpoints.outbox.forget(address)
-                ray.get(self.directory.unsubscribe.remote(self.name, key, address))
-                self._readers.pop(key, None)
-                readers = self._lookup_readers(key, timeout)
+                self._drop_reader(endpoints, key, address)
+                readers = self._lookup_readers(key, timeout, deadline)
                 address = self._choose(key, readers, endpoints)
 
     def put_to_every_reader(self, item, key: str = "default", timeout: float = 120.0) -> int:
-        """Send ``item`` to each current reader of ``key`` (e.g. a stop signal); returns how many got it."""
+        """Send ``item`` to each current reader of ``key`` (e.g. a stop signal); returns how many got it.
+
+        Waits up to ``timeout`` s for a first reader, then gives each reader ``timeout`` s to take the bytes;
+        a reader that does not is skipped and, once the others have theirs, reported by ``ChannelTimeout``.
+        """
         endpoints = self._endpoints
         readers = self._lookup_readers(key, timeout)
-        sent = 0
+        sent, timeouts = 0, []
         for address, _ in readers:
             try:
-                self._send(endpoints, address, key, item)
+                self._send(endpoints, address, key, item, time.monotonic() + timeout, timeout)
                 sent += 1
+            except ChannelTimeout as error:
+                timeouts.append(error)
             except OSError:  # that reader is gone: drop it for everyone
-                endpoints.outbox.forget(address)
-                ray.get(self.directory.unsubscribe.remote(self.name, key, address))
-                self._readers.pop(key, None)
+                self._drop_reader(endpoints, key, address)
+        if timeouts:
+            raise ChannelTimeout(f"{len(timeouts)} of {len(readers)} readers did not take the item "
+                                 f"({sent} did): {timeouts[0]}") from timeouts[0]
         return sent
 
-    def _send(self, endpoints: _ProcessEndpoints, address, key: str, item) -> None:
+    def _drop_reader(self, endpoints: _ProcessEndpoints, key: str, address) -> None:
+        endpoints.outbox.forget(address)
+        ray.get(self.directory.unsubscribe.remote(self.name, key, address))
+        self._readers.pop(key, None)
+
+    def _send(self, endpoints: _ProcessEndpoints, address, key: str, item, deadline: float, timeout: float) -> None:
         if address == endpoints.inbox.address:
             endpoints.inbox.deliver(self.name, key, item)  # a reader in this process: no copy, no socket
-        else:
-            endpoints.outbox.send(address, self.name, key, item, self.shm_threshold)
+            return
+        try:
+            endpoints.outbox.send(address, self.name, key, item, self.shm_threshold, deadline)
+        except SendTimeout as error:
+            raise ChannelTimeout(f"put on channel {self.name!r}, key {key!r} did not finish within {timeout} s: "
+                                 f"{error}") from error
 
     def _choose(self, key: str, readers: list[tuple], endpoints: _ProcessEndpoints):
         if len(readers) == 1:
@@ -200,8 +228,8 @@ class Channel:
         """Forget cached reader lists (call between batches when workers may have joined or left)."""
         self._readers.clear()
 
-    def _lookup_readers(self, key: str, timeout: float) -> list[tuple]:
-        deadline = time.monotonic() + timeout
+    def _lookup_readers(self, key: str, timeout: float, deadline: float | None = None) -> list[tuple]:
+        deadline = time.monotonic() + timeout if deadline is None else deadline
         while True:
             readers = ray.get(self.directory.consumers.remote(self.name, key))
             if readers:

@@ -12,6 +12,7 @@ import uuid
 
 import ray
 
+from embodied_rl.runtime.transports.session_files import SESSIONS_ROOT, register_process, sweep_dead_sessions
 from embodied_rl.runtime.transports.shared_memory import sweep_segments
 
 _ACTIVE: "Cluster | None" = None
@@ -22,7 +23,8 @@ class Cluster:
 
     ``address=None`` starts a private local Ray bound to loopback with ``num_cpus`` CPU slots;
     an address (``"ray://..."``, ``"host:port"`` or ``"auto"``) joins an existing cluster.
-    ``session_dir`` holds this run's channel sockets and is removed at shutdown.
+    ``session_dir`` holds this run's channel sockets and pid files (the driver's from the start) and is removed
+    at shutdown; ``start`` sweeps this node's files of dead runs (``session_files.sweep_dead_sessions``).
     """
 
     def __init__(self, address: str | None = None, num_cpus: float | None = None):
@@ -30,13 +32,15 @@ class Cluster:
         self.num_cpus = num_cpus
         self.session_id = uuid.uuid4().hex[:8]
         self.authkey = os.urandom(32)  # authenticates channel connections that cross nodes over TCP
-        self.session_dir = tempfile.mkdtemp(prefix=f"erl-{self.session_id}-", dir="/tmp")
+        self.session_dir = tempfile.mkdtemp(prefix=f"erl-{self.session_id}-", dir=SESSIONS_ROOT)
+        register_process(self.session_dir)  # this session is alive while its driver is
         self._owns_ray = False
         self._started = False
         self._directory = None
 
     def start(self) -> "Cluster":
         global _ACTIVE
+        sweep_dead_sessions(keep=self.session_dir)  # what killed runs left in /tmp and shared memory
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         os.environ.setdefault("RAY_DEDUP_LOGS", "1")
         # Worker processes must not oversubscribe the few cores with intra-op threads.

@@ -4,6 +4,10 @@ Every reader keeps, per key it reads, a tiny shared-memory cell it alone writes:
 has received and not yet taken; 1 from the moment it takes items until it asks for more). A sender picks the
 reader with the least ``backlog + busy``, so an idle reader takes the next batch and a slow one is passed over.
 Readers on other nodes have no cell there: a sender that has any of them rotates round-robin instead.
+
+The inbox writes a reader's cell under its queue lock (its receiving thread when items arrive, the owner when it
+takes them), so the two fields never mix two moments. When shared memory has no room for a cell, the reader
+keeps a private one (``path`` None) and senders rotate round-robin for that key.
 """
 
 from __future__ import annotations
@@ -20,15 +24,20 @@ class ReaderLoad:
     """The reader's own cell for one key."""
 
     def __init__(self, segment_prefix: str):
-        self.path, _, self._mapping = create_segment(segment_prefix, CELL_BYTES)
-        self._cell = np.frombuffer(self._mapping, np.int64, 2, DATA_OFFSET)
+        try:
+            self.path, _, self._mapping = create_segment(segment_prefix, CELL_BYTES)
+            self._cell = np.frombuffer(self._mapping, np.int64, 2, DATA_OFFSET)
+        except OSError:  # no room in shared memory: a private cell nobody else reads
+            self.path, self._mapping = None, None
+            self._cell = np.zeros(2, np.int64)
 
     def update(self, backlog: int, busy: bool) -> None:
         self._cell[0] = backlog
         self._cell[1] = int(busy)
 
     def close(self) -> None:
-        remove_segment(self.path)
+        if self.path is not None:
+            remove_segment(self.path)
 
 
 class ReaderLoads:

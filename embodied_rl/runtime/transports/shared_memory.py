@@ -18,11 +18,17 @@ A full pool is back-pressure: the sender waits until the receiver releases a seg
 the shared memory a fast sender can fill (``POOL_BYTES_PER_RECEIVER``) instead of letting it grow.
 
 Segment names start with the session's tag (``erl-<session id>-...``) so the cluster sweeps what a crashed
-process left behind.
+process left behind (see ``session_files``).
+
+Space is reserved when a segment is created (``posix_fallocate``): on a full tmpfs creating it fails with
+``ENOSPC``, where writing to a merely truncated file would kill the process with SIGBUS. The encoder then sends
+that buffer inline instead. The directory is ``/dev/shm`` unless ``EMBODIED_RL_SHM_DIR`` names another (read at
+each call, so tests can point it at a small tmpfs).
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import time
@@ -39,13 +45,28 @@ POOL_BYTES_PER_RECEIVER = 1 << 30  # a sender's pooled bytes per receiver: the b
 POOL_WAIT_S = 10.0  # how long a sender waits for a full pool before it falls back to a one-off segment
 
 
+def shm_dir() -> str:
+    """Where segments live: ``$EMBODIED_RL_SHM_DIR`` if set, else ``SHM_DIR``."""
+    return os.environ.get("EMBODIED_RL_SHM_DIR") or SHM_DIR
+
+
+def free_bytes(directory: str | None = None) -> int:
+    """Bytes an unprivileged writer can still allocate in ``directory`` (default: ``shm_dir()``); 0 if unknown."""
+    try:
+        stats = os.statvfs(directory or shm_dir())
+    except OSError:
+        return 0
+    return stats.f_bavail * stats.f_frsize
+
+
 def shared_memory_available() -> bool:
-    return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
+    directory = shm_dir()
+    return os.path.isdir(directory) and os.access(directory, os.W_OK)
 
 
 def segment_prefix(session_tag: str) -> str:
     """Path prefix of a session's segments; ``session_tag`` is the name of its private directory (``erl-...``)."""
-    return os.path.join(SHM_DIR, f"{session_tag}-")
+    return os.path.join(shm_dir(), f"{session_tag}-")
 
 
 def remove_segment(path: str) -> bool:
@@ -59,18 +80,32 @@ def remove_segment(path: str) -> bool:
 
 def sweep_segments(session_tag: str) -> int:
     """Remove every segment file of a session (what crashed processes left); returns how many."""
+    directory = shm_dir()
     prefix = os.path.basename(segment_prefix(session_tag))
-    names = os.listdir(SHM_DIR) if os.path.isdir(SHM_DIR) else ()
-    return sum(remove_segment(os.path.join(SHM_DIR, name)) for name in names if name.startswith(prefix))
+    names = os.listdir(directory) if os.path.isdir(directory) else ()
+    return sum(remove_segment(os.path.join(directory, name)) for name in names if name.startswith(prefix))
 
 
 def create_segment(prefix: str, data_bytes: int) -> tuple[str, int, mmap.mmap]:
-    """A new segment with ``data_bytes`` after its header page: (path, size, mapping), pages faulted in."""
+    """A new segment with ``data_bytes`` after its header page: (path, size, mapping), pages faulted in.
+
+    Its space is reserved first: raises ``OSError`` (``ENOSPC`` naming the directory and its free bytes) when
+    the file system cannot hold it, never a later SIGBUS.
+    """
     path = f"{prefix}{uuid.uuid4().hex}"
     size = DATA_OFFSET + data_bytes
+    directory = os.path.dirname(path)
+    if free_bytes(directory) < size:
+        raise OSError(errno.ENOSPC, f"{directory} has {free_bytes(directory)} bytes free, a segment needs {size}")
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
-        os.ftruncate(fd, size)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+                raise OSError(error.errno, f"{directory} cannot hold a {size}-byte segment "
+                                           f"({free_bytes(directory)} bytes free): {error.strerror}") from error
+            os.ftruncate(fd, size)  # a file system without fallocate (not tmpfs): size it the old way
         mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
     except BaseException:
         os.unlink(path)
