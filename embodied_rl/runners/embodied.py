@@ -128,7 +128,10 @@ class EmbodiedRunner:
                     raise
                 turns.close()
             finally:
-                self.turns = lock.turns()
+                try:
+                    self.turns = lock.turns()
+                except Exception:  # the lock's actor died (its records with it): the run's own error says more
+                    self.turns = []
                 lock.close()
                 progress.close()
                 log.close()
@@ -355,11 +358,11 @@ class EmbodiedRunner:
             # Outside the turns: the actor's state is readable wherever it lives, and a turn would wait on it twice.
             path = self.save(workers, interrupted=True, timeout=INTERRUPT_CHECKPOINT_TIMEOUT_S, reason=reason)
         except ray.exceptions.GetTimeoutError:
-            print(f"{prefix}: no checkpoint written: the actor was still busy after "
+            print(f"{prefix}; no checkpoint written: the actor was still busy after "
                   f"{INTERRUPT_CHECKPOINT_TIMEOUT_S:.0f} s", file=sys.stderr, flush=True)
             return
         except Exception as error:  # a dead actor: the last scheduled checkpoint stays the newest
-            print(f"{prefix}: no checkpoint written: {type(error).__name__}: {_first_line(error)}",
+            print(f"{prefix}; no checkpoint written: {type(error).__name__}: {_first_line(error)}",
                   file=sys.stderr, flush=True)
             return
         if failure is None:
