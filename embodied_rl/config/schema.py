@@ -117,6 +117,19 @@ class AutoscaleConfig:
 
 
 @dataclass
+class FaultConfig:
+    hang_timeout_s: float = 300.0
+    """A worker in a sampling round that neither answers its heartbeat nor makes progress (simulator steps, policy
+    answers) for this long is hung: it is killed and replaced like a dead one (``fault/env_workers_replaced``). Also
+    the deadline of short calls on workers (weights, counters) and of an env worker's channel puts and gets."""
+    start_timeout_s: float = 600.0
+    """A worker (at start, as a replacement, or added by a resize) must finish constructing within this; else the
+    start fails naming the group and the resources Ray had (a failed resize rolls back to the old sizes)."""
+    update_timeout_s: float = 3600.0
+    """One actor update (its trajectories taken from the channel and trained on) must finish within this."""
+
+
+@dataclass
 class ClusterConfig:
     address: Optional[str] = None
     """Ray cluster to join (None: start an embedded local Ray)."""
@@ -170,6 +183,7 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     stages: List[Any] = field(default_factory=list)
     """A staged recipe: runs one after another, each a mapping of config keys over this config (e.g.
@@ -219,6 +233,8 @@ def validate(config: TrainConfig) -> None:
     _require(c.checkpoint.keep_last >= 1, "checkpoint.keep_last", c.checkpoint.keep_last, "an integer >= 1")
     _require(c.cluster.num_cpus is None or c.cluster.num_cpus > 0, "cluster.num_cpus", c.cluster.num_cpus,
              "null or > 0")
+    for key in ("hang_timeout_s", "start_timeout_s", "update_timeout_s"):
+        _require(getattr(c.fault, key) > 0, f"fault.{key}", getattr(c.fault, key), "seconds > 0")
     _require(c.placement.slots is None or c.placement.slots >= 1, "placement.slots", c.placement.slots,
              "null or an integer >= 1")
     _require(c.rollout.weight_sync in ("auto", "broadcast", "object_store"), "rollout.weight_sync",

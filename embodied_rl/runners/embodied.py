@@ -25,7 +25,7 @@ from embodied_rl.runners.autoscale import Autoscaler, Limits, env_step, wait_sha
 from embodied_rl.runners.demonstrations import load_sft_demonstrations
 from embodied_rl.runners.eval_video import record_eval_video
 from embodied_rl.runners.scale_requests import take_scale_request
-from embodied_rl.runners.setup import ScaleError, start_workers
+from embodied_rl.runners.setup import ScaleError, ScaleRolledBack, start_workers
 from embodied_rl.runners.turns import PhaseTurns
 from embodied_rl.runtime import Cluster
 from embodied_rl.runtime.device_lock import DeviceLock
@@ -171,8 +171,7 @@ class EmbodiedRunner:
                 with turns.training("update"):
                     t_update = time.perf_counter()
                     progress_done = self.env_steps / c.total_env_steps
-                    metrics = ray.get(workers.actor.call("update", workers.trajectories_sent, progress_done,
-                                                         workers.round_dropped)[0])
+                    metrics = workers.finish_update(workers.start_update(progress_done))
                     update_s += time.perf_counter() - t_update
                     if not metrics["train/needs_more"]:
                         turns.publish_weights()
@@ -189,7 +188,8 @@ class EmbodiedRunner:
                             "time/turn_switch_s": (t3 - t0) - sample_s - update_s,
                             "time/sample_steps_per_s": self.steps_per_iteration() * rounds / max(sample_s, 1e-9),
                             "time/steps_per_s": (self.env_steps - start_steps) / (t3 - start_time),
-                            "train/iteration": self.iteration, "time/elapsed_s": t3 - start_time})
+                            "train/iteration": self.iteration, "time/elapsed_s": t3 - start_time,
+                            "sample/env_steps_simulated": workers.env_steps_simulated})
             self._after_iteration(workers, turns, log, metrics, self.env_steps >= c.total_env_steps)
             progress.update(self.env_steps, self.last_eval.get("eval/success_once"))
 
@@ -207,7 +207,7 @@ class EmbodiedRunner:
             with turns.sampling("sample"):
                 started = time.time()
                 episodes = workers.sample(c.rollout.steps_per_iteration)
-                return episodes, started, time.time(), workers.trajectories_sent, workers.round_dropped
+                return episodes, started, time.time(), workers.last_round
 
         try:
             current = sample_round()
@@ -215,14 +215,14 @@ class EmbodiedRunner:
             while True:
                 scaled = self._apply_scale_request(workers, turns)
                 t0 = time.perf_counter()
-                episodes, _, _, sent, dropped = current
+                episodes, _, _, sampled = current
                 with turns.training("update"):
-                    update = workers.actor.call("update", sent, self.env_steps / c.total_env_steps, dropped)[0]
+                    update = workers.start_update(self.env_steps / c.total_env_steps, sampled)
                     more = self.env_steps < c.total_env_steps
                     following = pool.submit(sample_round) if more else None
-                    metrics = ray.get(update)
+                    metrics = workers.finish_update(update)
                     if following is not None:
-                        current = following.result()
+                        current = following.result()  # the round's own deadlines (hung workers) bound it
                         self.env_steps += self.steps_per_iteration()
                         metrics.update({"time/sample_started_at": current[1], "time/sample_ended_at": current[2]})
                     if not metrics["train/needs_more"]:
@@ -232,6 +232,7 @@ class EmbodiedRunner:
                 self._round_metrics(metrics, workers, episodes, scaled)
                 metrics.update(turns.pop_timings())
                 metrics.update({"time/iteration_s": t1 - t0, "train/iteration": self.iteration,
+                                "sample/env_steps_simulated": workers.env_steps_simulated,
                                 "time/steps_per_s": (self.env_steps - start_steps) / (t1 - start_time),
                                 "time/elapsed_s": t1 - start_time})
                 self._after_iteration(workers, turns, log, metrics, not more)
@@ -282,6 +283,11 @@ class EmbodiedRunner:
         try:
             with turns.sampling("scale"):
                 metrics = workers.resize(request.get("env"), request.get("rollout"))
+        except ScaleRolledBack as error:  # a new worker did not start: the run goes on at the old sizes
+            print(f"warning: scale request rolled back: {error}", file=sys.stderr, flush=True)
+            if self.autoscaler is not None:
+                self.autoscaler.restart()
+            return {"scale/rolled_back": 1.0}
         except ScaleError as error:
             print(f"warning: scale request ignored: {error}", file=sys.stderr, flush=True)
             return {}

@@ -13,6 +13,8 @@ from embodied_rl.config.schema import TrainConfig, resolve_placement, slots_are_
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
 from embodied_rl.runners.autoscale import env_step
 from embodied_rl.runtime.channel import ChannelTimeout
+from embodied_rl.runtime.deadlines import (DeadlineExceeded, HeartbeatWatch, WorkerStartError, get_within,
+                                           wait_all_within)
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.env_worker import EnvWorker
 from embodied_rl.workers.messages import REQUESTS_KEY, ResendRequest, StopServing, responses_key
@@ -22,8 +24,16 @@ from embodied_rl.workers.rollout_worker import RolloutWorker
 WEIGHTS_COLLECTIVE = "weights"
 
 FAULT_COUNTERS = ("fault/env_workers_replaced", "fault/rollout_workers_replaced", "fault/trajectories_lost",
-                  "fault/rounds_dropped")
-"""Cumulative counters of a run's worker faults (logged with every iteration's metrics)."""
+                  "fault/rounds_dropped", "fault/hung_workers_killed", "fault/stale_trajectories_dropped")
+"""Cumulative counters of a run's worker faults (logged with every iteration's metrics). A hung worker killed is
+also counted replaced; a stale trajectory dropped by the actor is one of another round than the one it was taken
+for (e.g. of an env worker that died after sending it: that one is also counted lost)."""
+
+HANG_TIMEOUT_S = 300.0
+"""Default of ``fault.hang_timeout_s`` (see ``FaultConfig``) for worker sets built outside a training run."""
+
+UPDATE_TIMEOUT_S = 3600.0
+"""Default of ``fault.update_timeout_s``."""
 
 
 BROADCAST_RECOVERY_S = 10.0
@@ -109,6 +119,21 @@ class ScaleError(ValueError):
     """A resize request that cannot be carried out (e.g. it would split GRPO groups)."""
 
 
+class ScaleRolledBack(ScaleError):
+    """A resize whose new workers did not start (or did not take their layout) within the deadlines: undone, the
+    run continues at its old sizes."""
+
+
+@dataclass(frozen=True)
+class SampledRound:
+    """What the actor's update needs to know of a sampling round: its number, the env workers whose trajectories
+    count in it, and whether it is dropped whole (a grouped round that lost a member)."""
+
+    sampling_round: int
+    env_ranks: tuple
+    dropped: bool = False
+
+
 class WorkerLostError(RuntimeError):
     """A worker died more often than ``MAX_WORKER_RESTARTS``; the run stops."""
 
@@ -134,6 +159,12 @@ class EmbodiedWorkers:
     broadcast_formed: bool = False
     scale_generation: int = 0  # resizes of the env group so far (each gives every env worker fresh seeds)
     installed_weights: object = None  # reference to the (weights, version) last installed by ``install_weights``
+    hang_timeout_s: float = HANG_TIMEOUT_S  # fault.hang_timeout_s: hung workers, and the deadline of short calls
+    update_timeout_s: float = UPDATE_TIMEOUT_S  # fault.update_timeout_s
+    sampling_round: int = 0  # sampling rounds started so far (the number the last round's trajectories carry)
+    last_round: SampledRound | None = None
+    env_steps_simulated: int = 0  # env steps of training rounds, from the env workers' own counters
+    steps_seen: dict = field(default_factory=dict)  # env rank -> its ``steps_simulated`` when last read
 
     def sample(self, num_steps: int) -> list[dict]:
         """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes.
@@ -142,19 +173,49 @@ class EmbodiedWorkers:
         is lost (``fault/...`` counters; ``trajectories_sent`` counts the ones that reached the actor's channel),
         a dead rollout worker's requests are sent again to the others. Each env worker's seconds of simulating and
         waiting for actions in this round are in ``last_env_seconds`` (the rollout workers' in ``last_serving``)."""
-        episodes, lost = self._served("interact", num_steps)
-        self.last_env_seconds = self._pop_env_seconds()
-        self.trajectories_sent = len(self.env) - len(lost)
+        self.sampling_round += 1
+        episodes, lost = self._served("interact", num_steps, self.sampling_round)
+        self._read_env_counters()
+        ranks = tuple(rank for rank in range(len(self.env)) if rank not in lost)
+        self.trajectories_sent = len(ranks)
         self.round_dropped = bool(lost) and self.grouped
+        self.last_round = SampledRound(self.sampling_round, ranks, self.round_dropped)
         self.faults["fault/trajectories_lost"] += len(lost)
         self.faults["fault/rounds_dropped"] += int(self.round_dropped)
         return episodes
 
-    def _pop_env_seconds(self) -> list[dict]:
-        try:
-            return ray.get(self.env.call("pop_seconds"))
-        except ray.exceptions.RayActorError:  # died after the round: its replacement measures the next one
-            return []
+    def start_update(self, progress: float = 0.0, sampled: SampledRound | None = None):
+        """Start the actor's update on round ``sampled`` (default: the last one sampled) at ``progress`` of the run;
+        returns its reference, for ``finish_update``."""
+        sampled = sampled or self.last_round
+        return self.actor.call("update", len(sampled.env_ranks), progress, sampled.dropped, sampled.sampling_round,
+                               list(sampled.env_ranks))[0]
+
+    def finish_update(self, update) -> dict:
+        """The metrics of an update started by ``start_update``, within ``fault.update_timeout_s``."""
+        metrics = get_within(update, self.update_timeout_s, "the actor's update (fault.update_timeout_s)")
+        self.faults["fault/stale_trajectories_dropped"] = int(metrics.get("train/stale_trajectories_dropped", 0))
+        return metrics
+
+    def _read_env_counters(self) -> None:
+        """After a round: each env worker's seconds of it (``last_env_seconds``) and the env steps it simulated
+        (``env_steps_simulated``). A worker that died or hangs after the round is left out (its replacement, or
+        the next round's watchdog, takes over)."""
+        calls = [(worker.pop_seconds.remote(), worker.counters.remote()) for worker in self.env.workers]
+        finished, _ = wait_all_within([ref for pair in calls for ref in pair], self.hang_timeout_s)
+        done, seconds = set(finished), []
+        for rank, (seconds_ref, counters_ref) in enumerate(calls):
+            if seconds_ref not in done or counters_ref not in done:
+                continue
+            try:
+                round_seconds, counters = ray.get([seconds_ref, counters_ref])
+            except ray.exceptions.RayError:
+                continue
+            seconds.append(round_seconds)
+            steps = int(counters["steps_simulated"])
+            self.env_steps_simulated += steps - self.steps_seen.get(rank, 0)
+            self.steps_seen[rank] = steps
+        self.last_env_seconds = seconds
 
     def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[dict]:
         """Full-length episodes with deterministic (or sampled) actions, ``num_episodes`` split over the env
@@ -163,85 +224,120 @@ class EmbodiedWorkers:
 
     def _served(self, env_method: str, *arguments) -> tuple[list[dict], list[int]]:
         """Run ``env_method`` on every env worker while the rollout workers serve; returns the finished episodes
-        and the ranks of env workers that died (each already replaced)."""
+        and the ranks of env workers that died or hung (each already replaced).
+
+        Every worker of the round is watched (``HeartbeatWatch``): one that neither answers its heartbeat nor
+        progresses for ``hang_timeout_s`` is killed, and then replaced like a dead one."""
+        watch = HeartbeatWatch(self.hang_timeout_s)
         serving = dict(enumerate(self.rollout.call("serve")))
         env_calls = dict(enumerate(self.env.call(env_method, *arguments)))
-        results, lost_env, rollout_replaced = {}, [], False
+        for group, calls in ((self.rollout, serving), (self.env, env_calls)):
+            for rank in calls:
+                watch.watch((group.name, rank), group.workers[rank])
+        results, lost_env, rollout_replaced, hung = {}, [], False, {}
+        finished = False
         try:
             while env_calls:
                 waiting = {**{f: ("env", r) for r, f in env_calls.items()},
                            **{f: ("rollout", r) for r, f in serving.items()}}
-                ready, _ = ray.wait(list(waiting), num_returns=1)
+                ready, _ = ray.wait(list(waiting), num_returns=1, timeout=watch.wait_s())
+                if watch.due():
+                    for (group, rank), reason in watch.poll():
+                        print(f"{group} worker {rank} is hung ({reason}; fault.hang_timeout_s="
+                              f"{self.hang_timeout_s:g}); killing it", file=sys.stderr, flush=True)
+                        hung[(group, rank)] = reason
+                        self.faults["fault/hung_workers_killed"] += 1
+                        ray.kill((self.env if group == "env" else self.rollout).workers[rank], no_restart=True)
+                if not ready:
+                    continue
                 group, rank = waiting[ready[0]]
                 if group == "env":
                     del env_calls[rank]
+                    watch.forget(("env", rank))
                     try:
                         results[rank] = ray.get(ready[0])
                     except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as error:
                         lost_env.append(rank)
-                        self._replace_env(rank, error)
-                else:  # a rollout worker returned from serve before StopServing: it died
+                        self._replace_env(rank, error, hung.pop(("env", rank), None))
+                else:  # a rollout worker returned from serve before StopServing: it died (or was killed, hung)
                     del serving[rank]
-                    self._replace_rollout(rank, ready[0])
+                    self._replace_rollout(rank, ready[0], hung.pop(("rollout", rank), None))
                     rollout_replaced = True
                     serving[rank] = self.rollout.workers[rank].serve.remote()
+                    watch.watch(("rollout", rank), self.rollout.workers[rank])
                     self._ask_env_workers_to_resend(sorted(env_calls))
+            finished = True
         finally:
-            self.stop_serving(list(serving.values()))
+            # After a failure (a rank lost for good) only stop: the run is ending
+            rollout_replaced |= self.stop_serving(serving, replace=finished)
         if rollout_replaced and self.broadcast_formed:
             self._reform_weight_broadcast()
         return [episode for rank in sorted(results) for episode in results[rank]], lost_env
 
     def _count_restart(self, group: str, rank: int, error) -> int:
+        """Count a replacement of ``(group, rank)``; ``error``: what ended the worker (an error, or a line)."""
         restarts = self.restarts.get((group, rank), 0) + 1
         if restarts > MAX_WORKER_RESTARTS:
+            last = error if isinstance(error, str) else _one_line(error)
             raise WorkerLostError(f"{group} worker {rank} died {restarts} times (at most {MAX_WORKER_RESTARTS} "
-                                  f"replacements per worker); last error: {_one_line(error)}") from None
+                                  f"replacements per worker); last error: {last}") from None
         self.restarts[(group, rank)] = restarts
         return restarts
 
-    def _replace_env(self, rank: int, error) -> None:
-        incarnation = self._count_restart("env", rank, error)
-        print(f"env worker {rank} died ({_one_line(error)}); replacing it", file=sys.stderr, flush=True)
+    def _replace_env(self, rank: int, error, hung: str | None = None) -> None:
+        """Replace env worker ``rank``, which died with ``error`` (or was killed because it hung: ``hung``)."""
+        cause = f"hung ({hung})" if hung else f"died ({_one_line(error)})"
+        incarnation = self._count_restart("env", rank, f"hung: {hung}" if hung else error)
+        print(f"env worker {rank} {cause}; replacing it", file=sys.stderr, flush=True)
         seed = int(self.env.worker_kwargs["seed"])
         if not self.grouped:  # grouped resets keep the seed: group partners on other workers share states
             seed += REPLACEMENT_SEED_STRIDE * incarnation
         self.env.replace(rank, incarnation=incarnation, seed=seed)
+        self.steps_seen[rank] = 0
         if self.grouped:  # the replacement continues its groups' sequence of shared initial states
             donor = self.env.workers[(rank + 1) % len(self.env)] if len(self.env) > 1 else None
             if donor is not None:
-                progress = ray.get(donor.group_progress.remote())
-                ray.get(self.env.workers[rank].set_group_progress.remote(progress))
+                progress = get_within(donor.group_progress.remote(), self.hang_timeout_s,
+                                      f"env worker {(rank + 1) % len(self.env)}'s group progress")
+                get_within(self.env.workers[rank].set_group_progress.remote(progress), self.hang_timeout_s,
+                           f"env worker {rank}'s group progress")
         self.faults["fault/env_workers_replaced"] += 1
 
     def call_rollout(self, method: str, *args) -> list:
         """``method`` on every rollout worker, as ``rollout.run`` but a worker found dead is replaced (with the
         actor's weights) and the call repeated on its replacement."""
         results = []
-        for rank, future in enumerate(self.rollout.call(method, *args)):
+        futures = self.rollout.call(method, *args)
+        wait_all_within(futures, self.hang_timeout_s)
+        for rank, future in enumerate(futures):
+            what = f"rollout worker {rank}'s {method}"
             try:
-                results.append(ray.get(future))
-            except ray.exceptions.RayActorError as error:
-                self._replace_rollout(rank, error)
-                results.append(ray.get(getattr(self.rollout.workers[rank], method).remote(*args)))
+                results.append(get_within(future, 0, what))
+            except (ray.exceptions.RayActorError, DeadlineExceeded) as error:
+                hung = str(error) if isinstance(error, DeadlineExceeded) else None
+                self._replace_rollout(rank, error, hung)
+                results.append(get_within(getattr(self.rollout.workers[rank], method).remote(*args),
+                                          self.hang_timeout_s, what))
         return results
 
-    def _replace_rollout(self, rank: int, failed) -> None:
-        """Replace rollout worker ``rank``; ``failed``: its error, or the reference of a ``serve`` that ended."""
+    def _replace_rollout(self, rank: int, failed, hung: str | None = None) -> None:
+        """Replace rollout worker ``rank``; ``failed``: its error, or the reference of a ``serve`` that ended;
+        ``hung``: why it was found hung (it is killed first)."""
         error = failed
         if isinstance(failed, ray.ObjectRef):
             try:
-                ray.get(failed)
+                ray.get(failed, timeout=0)
                 error = RuntimeError("serve returned before it was told to stop")
             except Exception as raised:  # noqa: BLE001 - any death or crash is replaced the same way
                 error = raised
-        self._count_restart("rollout", rank, error)
-        print(f"rollout worker {rank} died ({_one_line(error)}); replacing it", file=sys.stderr, flush=True)
+        cause = f"hung ({hung})" if hung else f"died ({_one_line(error)})"
+        self._count_restart("rollout", rank, f"hung: {hung}" if hung else error)
+        print(f"rollout worker {rank} {cause}; replacing it", file=sys.stderr, flush=True)
         if self.actor is None and self.installed_weights is None:
-            raise WorkerLostError(f"rollout worker {rank} died and there are no weights to give a replacement: "
-                                  f"{_one_line(error)}")
+            raise WorkerLostError(f"rollout worker {rank} {cause} and there are no weights to give a replacement")
         worker = self.rollout.replace(rank)
-        ray.get(worker.load_weights.remote(self._full_weights()))
+        get_within(worker.load_weights.remote(self._full_weights()), self.hang_timeout_s,
+                   f"rollout worker {rank}'s weights (a replacement)")
         self.faults["fault/rollout_workers_replaced"] += 1
 
     def _full_weights(self):
@@ -263,48 +359,139 @@ class EmbodiedWorkers:
         """Between sampling rounds (nothing in flight): grow or shrink the env and rollout groups; returns
         ``scale/...`` metrics. New env workers and the ones kept all take fresh seed streams, disjoint across the
         new set; GRPO groups stay whole (the new env total must be a multiple of the group size) and every member
-        continues the groups' sequence of shared states. New rollout workers get the actor's weights."""
+        continues the groups' sequence of shared states. New rollout workers get the actor's weights.
+
+        New env and rollout workers construct at the same time, while the kept env workers take their new layout.
+        A new worker that fails to construct, or does not within ``fault.start_timeout_s`` (or a layout or weights
+        call that misses ``fault.hang_timeout_s``), rolls the resize back: ``ScaleRolledBack``, and the groups are
+        as they were (a group already shrunk stays shrunk) and ready for the next round."""
         start = time.perf_counter()
-        if env_workers is not None and env_workers != len(self.env):
+        before = (len(self.env), len(self.rollout))
+        grow_env = env_workers is not None and env_workers != len(self.env)
+        grow_rollout = rollout_workers is not None and rollout_workers != len(self.rollout)
+        if grow_env:
             per_worker = int(self.env.worker_kwargs["envs_per_worker"])
-            total = env_workers * per_worker
             group_size = self.env.worker_kwargs.get("group_size")
-            if group_size and total % group_size:
-                raise ScaleError(f"env={env_workers}: {total} envs do not form whole groups of "
+            if group_size and env_workers * per_worker % group_size:
+                raise ScaleError(f"env={env_workers}: {env_workers * per_worker} envs do not form whole groups of "
                                  f"group_size={group_size}; allowed: a multiple of "
                                  f"{env_step(per_worker, group_size)} env workers")
-            progress = ray.get(self.env.workers[0].group_progress.remote()) if group_size else None
-            self.scale_generation += 1
-            seed = int(self.env.worker_kwargs["seed"]) + REPLACEMENT_SEED_STRIDE * (MAX_WORKER_RESTARTS + 1) \
-                * self.scale_generation
-            for rank in range(env_workers, len(self.env)):
-                self.restarts.pop(("env", rank), None)
-            self.env.resize(env_workers, _new_worker_cpus(len(self.env), env_workers), seed=seed, total_envs=total)
-            ray.get(self.env.call("relayout", seed, total))
-            if progress is not None:
-                ray.get(self.env.call("set_group_progress", progress))
-        if rollout_workers is not None and rollout_workers != len(self.rollout):
-            for rank in range(rollout_workers, len(self.rollout)):
-                self.restarts.pop(("rollout", rank), None)
-            added = self.rollout.resize(rollout_workers, _new_worker_cpus(len(self.rollout), rollout_workers))
-            if added:
-                source = self._full_weights()
-                ray.get([self.rollout.workers[rank].load_weights.remote(source) for rank in added])
-            if self.broadcast_formed:
-                self._reform_weight_broadcast(len(added) > 0)
+        growths = {}
+        try:
+            layout = None
+            if grow_env:
+                for rank in range(env_workers, len(self.env)):
+                    self.restarts.pop(("env", rank), None)
+                    self.steps_seen.pop(rank, None)
+                seed, total = self._next_env_layout(env_workers)
+                growths["env"] = self.env.begin_resize(env_workers, _new_worker_cpus(len(self.env), env_workers),
+                                                       seed=seed, total_envs=total)
+                layout = self._start_env_layout(seed, total, ranks=range(min(before[0], env_workers)))
+            if grow_rollout:
+                for rank in range(rollout_workers, len(self.rollout)):
+                    self.restarts.pop(("rollout", rank), None)
+                growths["rollout"] = self.rollout.begin_resize(
+                    rollout_workers, _new_worker_cpus(len(self.rollout), rollout_workers))
+            if grow_env:
+                added = self.env.finish_resize(growths["env"])
+                self.steps_seen.update(dict.fromkeys(added, 0))
+                self._finish_env_layout(layout, added)
+            if grow_rollout:
+                added = self.rollout.finish_resize(growths["rollout"])
+                if added:
+                    source = self._full_weights()
+                    get_within([self.rollout.workers[rank].load_weights.remote(source) for rank in added],
+                               self.hang_timeout_s, f"new rollout workers {added}' weights")
+                if self.broadcast_formed:
+                    self._reform_weight_broadcast(len(added) > 0)
+        except (WorkerStartError, DeadlineExceeded, ray.exceptions.RayError) as error:
+            self._roll_back(before, growths)
+            raise ScaleRolledBack(f"{_one_line(error) if isinstance(error, ray.exceptions.RayError) else error}; "
+                                  f"rolled back to env workers {len(self.env)}, rollout workers {len(self.rollout)}"
+                                  ) from None
         return {"scale/env_workers": len(self.env), "scale/rollout_workers": len(self.rollout),
                 "scale/resize_s": time.perf_counter() - start}
 
-    def stop_serving(self, serving: list) -> None:
+    def _next_env_layout(self, env_workers: int) -> tuple[int, int]:
+        """``(seed, total envs)`` of the env group at ``env_workers`` workers: a fresh seed stream per resize."""
+        self.scale_generation += 1
+        seed = int(self.env.worker_kwargs["seed"]) + REPLACEMENT_SEED_STRIDE * (MAX_WORKER_RESTARTS + 1) \
+            * self.scale_generation
+        return seed, env_workers * int(self.env.worker_kwargs["envs_per_worker"])
+
+    def _start_env_layout(self, seed: int, total: int, ranks) -> dict:
+        """Give env workers ``ranks`` the layout ``(seed, total)`` (without waiting); for ``_finish_env_layout``."""
+        group_size = self.env.worker_kwargs.get("group_size")
+        progress = (get_within(self.env.workers[0].group_progress.remote(), self.hang_timeout_s,
+                               "env worker 0's group progress") if group_size else None)
+        return {"calls": self.env.call("relayout", seed, total, ranks=list(ranks)), "progress": progress}
+
+    def _finish_env_layout(self, layout: dict, added: list[int]) -> None:
+        get_within(layout["calls"], self.hang_timeout_s, "the env workers' new layout (relayout)")
+        if layout["progress"] is not None:  # every member, new ones included, continues the groups' sequence
+            get_within(self.env.call("set_group_progress", layout["progress"]), self.hang_timeout_s,
+                       "the env workers' group progress")
+
+    def _roll_back(self, before: tuple[int, int], growths: dict) -> None:
+        """After a failed resize: undo growths still under way, shrink groups that grew back to their sizes
+        ``before``, and lay the env workers out again for the size they end at."""
+        for name, group in (("env", self.env), ("rollout", self.rollout)):
+            if name in growths:
+                group.abort_resize(growths[name])
+        try:
+            if len(self.rollout) > before[1]:
+                self.rollout.resize(before[1])
+            if "rollout" in growths and self.broadcast_formed:
+                self._reform_weight_broadcast()
+            if len(self.env) > before[0]:
+                self.env.resize(before[0])
+            if "env" in growths:
+                for rank in range(len(self.env), before[0]):
+                    self.steps_seen.pop(rank, None)
+                seed, total = self._next_env_layout(len(self.env))
+                self._finish_env_layout(self._start_env_layout(seed, total, range(len(self.env))), [])
+                self.env.worker_kwargs.update(seed=seed, total_envs=total)
+        except (WorkerStartError, DeadlineExceeded, ray.exceptions.RayError) as error:
+            print(f"warning: rolling back a resize: {_one_line(error)}; a dead or hung worker is replaced in the "
+                  f"next round", file=sys.stderr, flush=True)
+
+    def stop_serving(self, serving, replace: bool = True) -> bool:
+        """Tell the rollout workers to stop serving and collect each one's counters (``last_serving``) from
+        ``serving`` (rank -> reference of its ``serve``). One that died meanwhile (also after the round's last env
+        worker returned), or does not return within ``fault.hang_timeout_s``, is replaced (``replace``) or left
+        out; returns whether one was replaced."""
+        if not isinstance(serving, dict):
+            serving = dict(enumerate(serving))
         self.channel.refresh()  # a replaced rollout worker's old inbox may still be cached
-        self.channel.put_to_every_reader(StopServing(), REQUESTS_KEY)  # by load, two could reach one worker
-        self.last_serving = ray.get(serving)
+        self.channel.put_to_every_reader(StopServing(), REQUESTS_KEY,  # by load, two could reach one worker
+                                         timeout=self.hang_timeout_s)
+        _, unfinished = wait_all_within(list(serving.values()), self.hang_timeout_s)
+        counters, replaced = [], False
+        for rank, future in sorted(serving.items()):
+            hung = None
+            if future in unfinished:
+                hung = f"did not stop serving within {self.hang_timeout_s:g} s of being told to"
+                print(f"rollout worker {rank} {hung}; killing it", file=sys.stderr, flush=True)
+                ray.kill(self.rollout.workers[rank], no_restart=True)
+                self.faults["fault/hung_workers_killed"] += 1
+            else:
+                try:
+                    counters.append(ray.get(future))
+                    continue
+                except ray.exceptions.RayError:
+                    pass
+            if replace:
+                self._replace_rollout(rank, future, hung)
+                replaced = True
+        self.last_serving = counters
+        return replaced
 
     def _reform_weight_broadcast(self, new_members: bool = True) -> None:
         """A new collective for the actor and the current rollout workers (members that left or died are in the
         old one, which every survivor leaves)."""
         survivors = [self.actor.workers[0], *self.rollout.workers]
-        ray.get([worker.leave_collective.remote(self.weights_collective) for worker in survivors])
+        get_within([worker.leave_collective.remote(self.weights_collective) for worker in survivors],
+                   self.hang_timeout_s, f"leaving the weight collective {self.weights_collective!r}")
         self.broadcast_generation += 1
         self.form_weight_broadcast()
         if new_members:
@@ -320,7 +507,7 @@ class EmbodiedWorkers:
         the actor computes on a GPU, gloo otherwise."""
         from embodied_rl.runtime.collective import form_collective
 
-        device = ray.get(self.actor.workers[0].device_name.remote())
+        device = get_within(self.actor.workers[0].device_name.remote(), self.hang_timeout_s, "the actor's device")
         form_collective(self.weights_collective, [self.actor.workers[0], *self.rollout.workers],
                         backend="nccl" if device.startswith("cuda") else "gloo")
         self.broadcast_formed = True
@@ -337,7 +524,7 @@ class EmbodiedWorkers:
         sent = self.actor.call("broadcast_weights", self.weights_collective, only_trained)
         received = self.rollout.call("receive_weights", self.weights_collective, only_trained)
         try:
-            versions = ray.get(sent + received)
+            versions = get_within(sent + received, self.update_timeout_s, "the weight broadcast")
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as error:
             self._recover_broadcast(sent[0], received, error)
             return self.broadcast_weights()  # on the new group
@@ -429,7 +616,10 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     on_cpu = not slots_are_gpus(config)
     cores = lambda component: placement.slots[component] if on_cpu else None  # noqa: E731
     gpus = lambda component: None if on_cpu else placement.slots[component]  # noqa: E731
+    fault = config.fault
     env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=task,
+                      start_timeout_s=fault.start_timeout_s, answer_timeout_s=2 * fault.hang_timeout_s,
+                      put_timeout_s=fault.hang_timeout_s,
                       envs_per_worker=config.env.envs_per_worker, env_options=env_options(config),
                       channel=channel, seed=config.seed + env_seed_offset,
                       pipeline_stages=config.env.pipeline_stages, cpu_slots=cores("env"), gpu_slots=gpus("env"),
@@ -437,19 +627,22 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
                       total_envs=config.env.num_workers * config.env.envs_per_worker,
                       action_chunk=action_chunk(config), seeded_sampling=config.deterministic,
                       node_ids=node_ids_for(config, "env"))
-    obs_shape, action_shape = ray.get([env.workers[0].observation_shape.remote(),
-                                       env.workers[0].action_shape.remote()])
+    obs_shape, action_shape = get_within([env.workers[0].observation_shape.remote(),
+                                          env.workers[0].action_shape.remote()], fault.hang_timeout_s,
+                                         "env worker 0's observation and action shapes")
     policy_spec = dict(name=config.policy.name, action_dim=int(action_shape[0]),
                        hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std,
                        **observation_spec(obs_shape), **policy_size(config), **dict(config.policy.options))
     rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
-                          policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
+                          start_timeout_s=fault.start_timeout_s, policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
                           gpu_slots=gpus("rollout"), node_ids=node_ids_for(config, "rollout"))
     actor = None
     if with_actor:
         actor = WorkerGroup(ActorWorker, "actor", 1, cpus_per_worker=cpus, policy=policy_spec,
+                            start_timeout_s=fault.start_timeout_s, trajectory_timeout_s=fault.hang_timeout_s,
                             algorithm=config.algorithm, channel=channel, seed=config.seed,
                             torch_threads=2, cpu_slots=cores("actor"), gpu_slots=gpus("actor"),
                             node_ids=node_ids_for(config, "actor"))
     return EmbodiedWorkers(channel, env, rollout, actor, policy_spec, placement,
-                           pipeline_stages=config.env.pipeline_stages, grouped=grouped(config))
+                           pipeline_stages=config.env.pipeline_stages, grouped=grouped(config),
+                           hang_timeout_s=fault.hang_timeout_s, update_timeout_s=fault.update_timeout_s)

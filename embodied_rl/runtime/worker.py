@@ -8,6 +8,8 @@ from typing import Any
 
 import ray
 
+from embodied_rl.runtime.deadlines import WorkerStartError
+
 
 @dataclass(frozen=True)
 class WorkerAddress:
@@ -19,7 +21,13 @@ class WorkerAddress:
 
 
 class Worker:
-    """Base class of every process-level role. Subclasses take their own keyword arguments after these."""
+    """Base class of every process-level role. Subclasses take their own keyword arguments after these.
+
+    ``CONCURRENCY_GROUPS``: Ray concurrency groups of the subclass (``{"heartbeat": 1}`` lets a method marked
+    ``@ray.method(concurrency_group="heartbeat")`` answer from a thread of its own while another method runs; every
+    other method still runs one at a time, in one thread)."""
+
+    CONCURRENCY_GROUPS: dict[str, int] = {}
 
     def __init__(self, group: str, rank: int, world_size: int, torch_threads: int = 1,
                  cpu_slots: tuple[int, ...] | None = None, gpu_slots: tuple[int, ...] | None = None):
@@ -94,8 +102,32 @@ def visible_devices(gpu_slots: tuple[int, ...], node_visible: str | None) -> str
     return ",".join(node_devices[slot] for slot in gpu_slots)
 
 
-START_TIMEOUT_S = 300.0
-"""How long a replacement or added worker may take to construct (a simulator or a model to build)."""
+START_TIMEOUT_S = 600.0
+"""How long a worker may take to construct (a simulator or a model to build) before its start fails; runs pass
+``fault.start_timeout_s``."""
+
+
+def _resources(resources: dict) -> dict:
+    """Ray's resources without its per-node and bookkeeping entries (``node:...``, object store memory)."""
+    return {k: round(v, 2) for k, v in sorted(resources.items())
+            if not k.startswith("node:") and k not in ("object_store_memory", "memory")}
+
+
+def _cause(error) -> str:
+    """The last ``Type: message`` line of a worker's error (a constructor's exception inside Ray's report)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    raised = [line for line in lines if ": " in line and line.split(":", 1)[0].replace(".", "").isidentifier()
+              and line.split(":", 1)[0].endswith(("Error", "Exception", "Exit", "Interrupt"))]
+    return (raised[-1] if raised else f"{type(error).__name__}: {lines[0] if lines else ''}")[:300]
+
+
+@dataclass
+class Growth:
+    """A resize under way (``WorkerGroup.begin_resize``): the ranks it started and what the group was before."""
+
+    added: list
+    before: tuple
+    done: bool = False
 
 
 class WorkerGroup:
@@ -105,20 +137,26 @@ class WorkerGroup:
     """
 
     def __init__(self, worker_class: type, name: str, num_workers: int, cpus_per_worker: float = 1.0,
-                 node_ids: list[str] | None = None, **worker_kwargs: Any):
+                 node_ids: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S, **worker_kwargs: Any):
         if num_workers < 1:
             raise ValueError(f"worker group {name!r} needs at least one worker, got {num_workers}")
         self.name = name
         self.worker_class = worker_class
         self.cpus_per_worker = cpus_per_worker
         self.node_ids = node_ids
+        self.start_timeout_s = start_timeout_s
         self.worker_kwargs = worker_kwargs
         self.world_size = num_workers
-        self._remote_class = ray.remote(worker_class)
+        groups = getattr(worker_class, "CONCURRENCY_GROUPS", None)
+        self._remote_class = ray.remote(concurrency_groups=groups)(worker_class) if groups else ray.remote(worker_class)
         self.workers = [self._start(rank) for rank in range(num_workers)]
         # Wait until every rank has finished constructing (and subscribed to its channel keys), so the first
-        # messages see all members; a constructor's exception surfaces here.
-        ray.get([worker.ping.remote() for worker in self.workers])
+        # messages see all members; a constructor's exception, or a worker Ray cannot place, fails here.
+        try:
+            self._wait_started(list(range(num_workers)))
+        except WorkerStartError:
+            self.kill()
+            raise
 
     def _start(self, rank: int, **overrides: Any):
         options: dict[str, Any] = dict(num_cpus=self.cpus_per_worker, max_concurrency=1)
@@ -132,7 +170,8 @@ class WorkerGroup:
 
     def replace(self, rank: int, **overrides: Any):
         """Kill rank ``rank`` (if still alive) and start a new worker in its place, built with the group's keyword
-        arguments updated by ``overrides``; returns it once constructed."""
+        arguments updated by ``overrides``; returns it once constructed (``WorkerStartError`` if it does not
+        construct within the start deadline)."""
         ray.kill(self.workers[rank], no_restart=True)
         self.workers[rank] = self._start(rank, **overrides)
         self._wait_started([rank])
@@ -141,31 +180,81 @@ class WorkerGroup:
     def resize(self, num_workers: int, cpus_per_new_worker: float | None = None, **overrides: Any) -> list[int]:
         """Grow to ``num_workers`` (new ranks built with the group's keyword arguments updated by ``overrides``,
         each declaring ``cpus_per_new_worker`` CPUs to Ray) or shrink by killing the highest ranks; returns the
-        new ranks once constructed."""
+        new ranks once constructed. A growth whose new workers do not all construct within the start deadline is
+        undone (they are killed; size, keyword arguments and CPUs stay as they were) and raises
+        ``WorkerStartError``."""
+        return self.finish_resize(self.begin_resize(num_workers, cpus_per_new_worker, **overrides))
+
+    def begin_resize(self, num_workers: int, cpus_per_new_worker: float | None = None,
+                     **overrides: Any) -> "Growth":
+        """The first half of ``resize``: shrink at once, or start the new ranks without waiting for them (other
+        work, e.g. another group's growth, proceeds while they construct); ``finish_resize`` waits."""
         if num_workers < 1:
             raise ValueError(f"worker group {self.name!r} needs at least one worker, got {num_workers}")
         leaving = self.workers[num_workers:]
         if leaving and hasattr(self.worker_class, "leave"):
-            ray.get([worker.leave.remote() for worker in leaving])  # e.g. stop being a reader of its channel keys
+            # e.g. stop being a reader of its channel keys; a worker that does not answer is killed all the same
+            finished, _ = ray.wait([worker.leave.remote() for worker in leaving], num_returns=len(leaving),
+                                   timeout=self.start_timeout_s)
+            for ref in finished:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    pass  # already dead: nothing to leave
         for worker in leaving:
             ray.kill(worker, no_restart=True)
         del self.workers[num_workers:]
+        growth = Growth(list(range(len(self.workers), num_workers)),
+                        (self.world_size, dict(self.worker_kwargs), self.cpus_per_worker))
         self.world_size = num_workers
         self.worker_kwargs.update(overrides)
         if cpus_per_new_worker is not None:
             self.cpus_per_worker = cpus_per_new_worker
-        added = list(range(len(self.workers), num_workers))
-        self.workers.extend(self._start(rank) for rank in added)
-        self._wait_started(added)
-        return added
+        self.workers.extend(self._start(rank) for rank in growth.added)
+        growth.done = not growth.added  # a shrink is complete (and cannot be undone)
+        return growth
+
+    def finish_resize(self, growth: "Growth") -> list[int]:
+        """Wait for the ranks ``begin_resize`` started; on ``WorkerStartError`` the growth is undone first."""
+        try:
+            self._wait_started(growth.added)
+        except WorkerStartError:
+            self.abort_resize(growth)
+            raise
+        growth.done = True
+        return growth.added
+
+    def abort_resize(self, growth: "Growth") -> None:
+        """Undo a growth not finished: kill its new ranks and restore size, keyword arguments and CPUs."""
+        if growth.done:
+            return
+        for rank in growth.added:
+            ray.kill(self.workers[rank], no_restart=True)
+        del self.workers[len(self.workers) - len(growth.added):]
+        self.world_size, self.worker_kwargs, self.cpus_per_worker = growth.before
+        growth.done = True
 
     def _wait_started(self, ranks: list[int]) -> None:
-        """Wait for new ranks to finish constructing; a rank Ray cannot place fails after ``START_TIMEOUT_S``."""
-        try:
-            ray.get([self.workers[rank].ping.remote() for rank in ranks], timeout=START_TIMEOUT_S)
-        except ray.exceptions.GetTimeoutError:
-            raise RuntimeError(f"new {self.name} workers {ranks} did not start within {START_TIMEOUT_S:.0f} s "
-                               f"(Ray could not place them: {ray.available_resources()} available)") from None
+        """Wait until ``ranks`` (just started) have constructed: ``WorkerStartError`` naming the group, the ranks
+        and the resources Ray had when one raised in its constructor or was not constructed within
+        ``start_timeout_s`` (a worker Ray cannot place waits for resources that never come)."""
+        if not ranks:
+            return
+        pings = {self.workers[rank].ping.remote(): rank for rank in ranks}
+        finished, pending = ray.wait(list(pings), num_returns=len(pings), timeout=self.start_timeout_s)
+        for ref in finished:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as error:
+                raise WorkerStartError(f"worker group {self.name!r}: rank {pings[ref]} failed to start: "
+                                       f"{_cause(error)}") from None
+        if pending:
+            late = sorted(pings[ref] for ref in pending)
+            asked = {"CPU": self.cpus_per_worker, **({"node": self.node_ids} if self.node_ids else {})}
+            raise WorkerStartError(
+                f"worker group {self.name!r}: ranks {late} did not start within {self.start_timeout_s:g} s "
+                f"(fault.start_timeout_s); each asks Ray for {asked}, Ray had "
+                f"{_resources(ray.available_resources())} available of {_resources(ray.cluster_resources())}")
 
     def __len__(self) -> int:
         return len(self.workers)

@@ -18,6 +18,7 @@ from embodied_rl.algorithms.embodied import ALGORITHMS
 from embodied_rl.algorithms.embodied.base import PROXIMAL_LOGP, select_rows
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
+from embodied_rl.runtime.channel import ChannelTimeout
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.utils.checkpoint import read_trainer_state
 from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
@@ -26,15 +27,23 @@ from embodied_rl.workers.weights import load_numpy_weights, weights_template, we
 
 TRAJECTORY_TIMEOUT_S = 120.0
 """Trajectories are on the channel by the time ``update`` is called (their env workers have returned); a longer
-wait means one was lost, and the channel's error names the key it waited on."""
+wait means one was lost, and the error names the round and the env ranks still missing. Runs pass
+``fault.hang_timeout_s``."""
 
 
 class ActorWorker(Worker):
     """Trains the policy with the algorithm ``algorithm`` names (a config dataclass of
     ``embodied_rl.algorithms.embodied``): RL updates on trajectories from the channel, or SFT on demonstrations."""
 
-    def __init__(self, policy: dict, algorithm, channel, seed: int = 0, **kwargs):
+    def __init__(self, policy: dict, algorithm, channel, seed: int = 0,
+                 trajectory_timeout_s: float = TRAJECTORY_TIMEOUT_S, **kwargs):
         super().__init__(**kwargs)
+        self.trajectory_timeout_s = trajectory_timeout_s
+        self.action_dim = int(policy["action_dim"])
+        self.held: list[Trajectory] = []  # trajectories of later sampling rounds than the one being trained
+        self.stale_dropped = 0  # trajectories of other rounds than the one they reached the actor for, dropped
+        self.env_steps_trained = 0  # env steps of the trajectories that updates trained on (``train/...``)
+        self.pending_env_steps = 0  # env steps of the rounds in ``pending``
         torch.manual_seed(seed + self.rank)
         self.policy = build_policy(**policy).to(self.device)
         self.algorithm = ALGORITHMS.get(algorithm.name)(algorithm)
@@ -84,20 +93,26 @@ class ActorWorker(Worker):
         self.collectives[collective].broadcast_state_dict(state, src=0)
         return self.policy_version
 
-    def update(self, num_trajectories: int, progress: float = 0.0, discard: bool = False) -> dict:
+    def update(self, num_trajectories: int, progress: float = 0.0, discard: bool = False,
+               sampling_round: int | None = None, env_ranks: list[int] | None = None) -> dict:
         """Take ``num_trajectories`` trajectories from the channel; once the algorithm has enough
         (``train/needs_more`` is 0) run one update on them at the learning rate for ``progress`` (0 to 1) of the
         run; returns metrics. ``discard``: drop them instead (a sampling round that lost part of a group) and ask
-        for more."""
+        for more.
+
+        ``sampling_round`` (and ``env_ranks``, the env workers whose trajectories the driver counts in it): take
+        only that round's trajectories (of those ranks); ones of earlier rounds, or of a rank that died after
+        sending (counted lost by the driver), are dropped and counted (``train/stale_trajectories_dropped``),
+        ones of later rounds (sampled while this update runs) are kept for their own update. Never is a round's
+        trajectory trained in another round. None: any ``num_trajectories`` trajectories, in arrival order."""
         self._require_onloaded("update")
         start, started_at = time.perf_counter(), time.time()
-        chunks: list[Trajectory] = []
-        while len(chunks) < num_trajectories:
-            chunks.extend(self.channel.get_batch(TRAJECTORIES_KEY, num_trajectories - len(chunks),
-                                                 timeout=TRAJECTORY_TIMEOUT_S))
+        chunks = self._take_trajectories(num_trajectories, sampling_round, env_ranks)
+        counted = {"train/stale_trajectories_dropped": self.stale_dropped,
+                   "train/env_steps_trained": self.env_steps_trained}
         if discard or not chunks:
             return {"train/needs_more": 1, "train/discarded_trajectories": len(chunks),
-                    "time/update_s": time.perf_counter() - start}
+                    "time/update_s": time.perf_counter() - start, **counted}
         chunks.sort(key=lambda c: c.env_rank)
         batch = {name: self._tensor(np.concatenate([getattr(c, name) for c in chunks], axis=1))
                  for name in ("actions", "logp", "values", "rewards", "terminated", "truncated", "final_values",
@@ -107,13 +122,17 @@ class ActorWorker(Worker):
         selected, metrics = self.algorithm.select(batch)
         metrics["train/transitions"] = int(batch["rewards"].numel())  # decisions taken from the channel [T x B]
         self.pending.append(selected)
+        self.pending_env_steps += sum(self._env_steps(c) for c in chunks)
         if not self.algorithm.enough(self.pending, len(self.pending)):
-            metrics.update({"train/needs_more": 1, "time/update_s": time.perf_counter() - start})
+            metrics.update({"train/needs_more": 1, "time/update_s": time.perf_counter() - start, **counted})
             return metrics
         samples, prepared = self.algorithm.prepare(self.pending)
         metrics.update(prepared)
         metrics["train/sampling_rounds"] = len(self.pending)
         self.pending = []
+        self.env_steps_trained += self.pending_env_steps
+        self.pending_env_steps = 0
+        counted["train/env_steps_trained"] = self.env_steps_trained
         self._set_learning_rate(progress)
         metrics.update(self._optimize(samples))
         staleness = self.policy_version - min(int(c.policy_versions.min()) for c in chunks)
@@ -121,8 +140,54 @@ class ActorWorker(Worker):
         metrics.update({"train/needs_more": 0, "train/policy_version": self.policy_version,
                         "train/learning_rate": self.optimizer.param_groups[0]["lr"],
                         "train/policy_staleness": staleness, "time/update_s": time.perf_counter() - start,
-                        "time/update_started_at": started_at, "time/update_ended_at": time.time()})
+                        "time/update_started_at": started_at, "time/update_ended_at": time.time(), **counted})
         return metrics
+
+    def _env_steps(self, chunk: Trajectory) -> int:
+        """Env steps of a trajectory: its decisions ``[T x b]`` times the simulator steps of each (action chunks)."""
+        per_decision = int(np.prod(chunk.actions.shape[2:])) // max(self.action_dim, 1)
+        return int(chunk.rewards.size) * max(per_decision, 1)
+
+    def _take_trajectories(self, count: int, sampling_round: int | None, env_ranks: list[int] | None) -> list:
+        """``count`` trajectories for an update (see ``update``), trajectories held from earlier calls first."""
+        if sampling_round is None:
+            chunks, self.held = self.held[:count], self.held[count:]
+        else:
+            chunks, held, self.held = [], self.held, []
+            for item in held:
+                self._sort(item, sampling_round, env_ranks, chunks)
+        deadline = time.monotonic() + self.trajectory_timeout_s
+        while len(chunks) < count:
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise ChannelTimeout
+                # Outside rounds take no more than needed; in rounds, all that came (later rounds are held)
+                most = count - len(chunks) if sampling_round is None else 1 << 30
+                items = self.channel.get_batch(TRAJECTORIES_KEY, most, timeout=remaining)
+            except ChannelTimeout:
+                taken = sorted(c.env_rank for c in chunks)
+                missing = sorted(set(env_ranks) - set(taken)) if env_ranks is not None else "unknown"
+                raise TimeoutError(f"actor {self.address}: {len(chunks)} of {count} trajectories of sampling round "
+                                   f"{sampling_round} arrived on key {TRAJECTORIES_KEY!r} within "
+                                   f"{self.trajectory_timeout_s:g} s (env ranks missing: {missing})") from None
+            for item in items:
+                if sampling_round is None:
+                    chunks.append(item)
+                else:
+                    self._sort(item, sampling_round, env_ranks, chunks)
+        return chunks
+
+    def _sort(self, item: Trajectory, sampling_round: int, env_ranks: list[int] | None, chunks: list) -> None:
+        """Into ``chunks`` (this round, a rank counted in it, not yet taken), ``held`` (a later round), or dropped."""
+        produced = item.sampling_round
+        if produced is not None and produced > sampling_round:
+            self.held.append(item)
+        elif (produced == sampling_round and (env_ranks is None or item.env_rank in env_ranks)
+              and all(c.env_rank != item.env_rank for c in chunks)):
+            chunks.append(item)
+        else:
+            self.stale_dropped += 1
 
     def _tensor(self, value):
         """Arrays (and dicts of them) as tensors on the device; string arrays (the instruction) stay numpy."""
@@ -239,7 +304,8 @@ class ActorWorker(Worker):
         buffer = io.BytesIO()
         state = {"optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                  "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version,
-                 "supervised_steps": self.supervised_steps, "algorithm": self.algorithm.state_dict()}
+                 "supervised_steps": self.supervised_steps, "algorithm": self.algorithm.state_dict(),
+                 "env_steps_trained": self.env_steps_trained}
         if self.reference is not None:
             state["reference"] = {k: v.detach().cpu() for k, v in self.reference.state_dict().items()}
         torch.save(state, buffer)
@@ -258,6 +324,7 @@ class ActorWorker(Worker):
             self.generator.set_state(state["shuffle_rng"])
             self.policy_version = state["policy_version"]
             self.supervised_steps = state.get("supervised_steps", 0)
+            self.env_steps_trained = int(state.get("env_steps_trained", 0))
             self.algorithm.load_state_dict(state.get("algorithm", {}))
             if "reference" in state:
                 self.reference = copy.deepcopy(self.policy).eval()

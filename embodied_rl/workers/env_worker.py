@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import ray
 
 import sim_envs
 from embodied_rl.workers.action_chunks import step_decision
@@ -21,7 +22,11 @@ SAMPLE_STREAMS = {"eval": 1}
 
 ANSWER_TIMEOUT_S = 600.0
 """How long an env worker waits for the answer to one request before it fails (the driver then replaces it):
-far longer than any forward pass, so only a rollout side that hangs without dying reaches it."""
+far longer than any forward pass, so only a rollout side that hangs without dying reaches it. Runs pass twice
+``fault.hang_timeout_s``: the driver replaces a hung rollout worker first, and this worker then resends."""
+
+PUT_TIMEOUT_S = 300.0
+"""How long an env worker's trajectory may wait for the actor's channel (runs pass ``fault.hang_timeout_s``)."""
 
 
 class EnvWorker(Worker):
@@ -36,10 +41,13 @@ class EnvWorker(Worker):
     actions of a run depend only on its seed (see ``PolicyRequest.sample_seed``).
     """
 
+    CONCURRENCY_GROUPS = {"heartbeat": 1}  # ``heartbeat`` answers while a round runs
+
     def __init__(self, task: str | sim_envs.TaskEntry, envs_per_worker: int, env_options: dict, channel,
                  seed: int = 0, pipeline_stages: int = 1, group_size: int | None = None, total_envs: int = 0,
                  action_chunk: int = 1, incarnation: int = 0, answer_timeout_s: float = ANSWER_TIMEOUT_S,
-                 seeded_sampling: bool = False, **kwargs):
+                 seeded_sampling: bool = False, put_timeout_s: float = PUT_TIMEOUT_S, **kwargs):
+        self.started_at = time.time()  # the process runs this constructor (start-up breakdown: ``counters``)
         super().__init__(**kwargs)
         if not 1 <= pipeline_stages <= envs_per_worker:
             raise ValueError(f"pipeline_stages={pipeline_stages} must be between 1 and envs_per_worker="
@@ -55,6 +63,7 @@ class EnvWorker(Worker):
         self.stages = [sim_envs.make(task, n, processes=False, seed=first + int(o), **self.env_options)
                        for n, o in zip(sizes, offsets)]
         self.stage_obs = [env.reset() for env in self.stages]
+        self.envs_built_at = time.time()
         self.eval_env = None
         self.seconds = {"simulating_s": 0.0, "waiting_for_actions_s": 0.0}  # of the round so far: pop_seconds
         self.eval_seed = 10_000_000 + first
@@ -68,6 +77,8 @@ class EnvWorker(Worker):
         self.group_episodes = [0] * len(self.stages)  # grouped episodes each stage has started
         self.incarnation = incarnation  # replacements of this rank so far (see responses_key)
         self.answer_timeout_s = answer_timeout_s
+        self.put_timeout_s = put_timeout_s
+        self.waiting_on_peer = False  # waiting for a rollout worker's answer or the actor's channel (``heartbeat``)
         self.last_requests: list[PolicyRequest | None] = [None] * len(self.stages)
         self.sequence = 0  # every request this worker sent (answers are matched on it)
         self.sample_requests = {"train": 0, "eval": 0}  # requests per purpose: each purpose seeds its own stream
@@ -79,8 +90,18 @@ class EnvWorker(Worker):
             self.channel.subscribe(responses_key(self.rank, stage, incarnation))
 
     def counters(self) -> dict:
-        """``steps_simulated`` (env steps of training rounds), ``first_step_at`` (time.time of the first)."""
-        return {"steps_simulated": self.steps_simulated, "first_step_at": self.first_step_at}
+        """``steps_simulated`` (env steps of training rounds), ``first_step_at`` (time.time of the first),
+        ``started_at`` (time.time its constructor began: the process was up) and ``envs_built_at`` (its envs were
+        built and reset)."""
+        return {"steps_simulated": self.steps_simulated, "first_step_at": self.first_step_at,
+                "started_at": self.started_at, "envs_built_at": self.envs_built_at}
+
+    @ray.method(concurrency_group="heartbeat")
+    def heartbeat(self) -> dict:
+        """Answered from a thread of its own while ``interact`` or ``evaluate`` runs (a stopped or wedged process
+        does not answer): ``progress`` grows with every request and simulator step; ``waiting`` is true while this
+        worker waits for a rollout worker's answer or for the actor's channel (no progress then is not its own)."""
+        return {"progress": self.sequence + self.steps_simulated, "waiting": self.waiting_on_peer}
 
     def leave(self) -> None:
         """Before this worker is removed (the run scales down): stop reading its answer keys."""
@@ -119,6 +140,7 @@ class EnvWorker(Worker):
         that request) sends it again; answers to earlier requests (a resent one answered twice) are dropped."""
         start = time.perf_counter()
         wanted = self.last_requests[stage]
+        self.waiting_on_peer = True
         while True:
             item = self.channel.get(responses_key(self.rank, stage, self.incarnation), timeout=self.answer_timeout_s)
             if isinstance(item, ResendRequest):
@@ -127,6 +149,7 @@ class EnvWorker(Worker):
                 self.resent += 1
             elif item.sequence == wanted.sequence:
                 break
+        self.waiting_on_peer = False
         self.seconds["waiting_for_actions_s"] += time.perf_counter() - start
         return item
 
@@ -200,8 +223,10 @@ class EnvWorker(Worker):
         self.group_episodes[stage] += 1
         return obs
 
-    def interact(self, num_steps: int) -> list[dict]:
+    def interact(self, num_steps: int, sampling_round: int | None = None) -> list[dict]:
         """Run ``num_steps`` simulator steps, put a ``Trajectory`` on the channel, return stats of finished episodes.
+        ``sampling_round``: the driver's number of this round, carried by the trajectory (the actor trains a round
+        only on trajectories of that round).
 
         A policy with action chunks of K steps decides every K steps: the trajectory holds ``num_steps / K``
         decisions, each with its chunk ``[K, A]`` and the chunk's summed reward.
@@ -251,7 +276,10 @@ class EnvWorker(Worker):
                 self._request(s, next_obs, obs_rows(batch.final_obs, ended) if len(ended) else None,
                               want_actions=t + 1 < T)
         trajectory = merge_stages([b.to_trajectory(self.rank) for b in buffers], self.rank)
-        self.channel.put(trajectory, TRAJECTORIES_KEY)
+        trajectory.sampling_round = sampling_round
+        self.waiting_on_peer = True
+        self.channel.put(trajectory, TRAJECTORIES_KEY, timeout=self.put_timeout_s)
+        self.waiting_on_peer = False
         return episodes
 
     def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[dict]:

@@ -73,7 +73,8 @@ class Trajectory:
     step t), final_values ``[T, b]`` (V of the last observation of every episode
     that ended at step t, terminated or truncated; 0 elsewhere: the trainer decides which ones bootstrap),
     next_value ``[b]`` (V of the observation after step T), policy_versions ``[T]`` int64
-    (the version that chose each step's actions), env_rank (the producer).
+    (the version that chose each step's actions), env_rank (the producer), sampling_round (the driver's number of
+    the round that produced it; None outside a run's rounds): the actor trains a round only on its own trajectories.
     """
 
     obs: np.ndarray
@@ -88,3 +89,4 @@ class Trajectory:
     next_value: np.ndarray
     policy_versions: np.ndarray
     env_rank: int
+    sampling_round: int | None = None

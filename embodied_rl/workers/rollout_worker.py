@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import ray
 import torch
 
 from embodied_rl.models import build_policy
@@ -31,6 +32,8 @@ class RolloutWorker(Worker):
     number of env workers that are ready, and no env worker waits for the slowest one.
     """
 
+    CONCURRENCY_GROUPS = {"heartbeat": 1}  # ``heartbeat`` answers while ``serve`` runs
+
     def __init__(self, policy: dict, channel, **kwargs):
         super().__init__(**kwargs)
         self.policy = build_policy(**policy).to(self.device).eval()
@@ -40,6 +43,7 @@ class RolloutWorker(Worker):
         self.requests_served = 0
         self.forward_passes = 0
         self.answers_dropped = 0  # answers to env workers that died after asking
+        self.answering = False  # inside a forward pass and its answers (``heartbeat``)
         self.offloader = Offloader([self.policy])
 
     def leave(self) -> None:
@@ -74,6 +78,12 @@ class RolloutWorker(Worker):
         self.policy_version = int(received[POLICY_VERSION_KEY])
         return self.policy_version
 
+    @ray.method(concurrency_group="heartbeat")
+    def heartbeat(self) -> dict:
+        """Answered from a thread of its own while ``serve`` runs (a stopped or wedged process does not answer):
+        ``progress`` grows with every forward pass and answer; ``waiting``: idle, waiting for requests."""
+        return {"progress": self.forward_passes + self.requests_served, "waiting": not self.answering}
+
     def serve(self) -> dict:
         """Answer requests until a ``StopServing`` arrives; returns counters, with the seconds spent waiting for
         requests (``waiting_s``) and answering them (``inferring_s``: forward passes and sending the answers)."""
@@ -92,7 +102,9 @@ class RolloutWorker(Worker):
                     requests.append(item)
             received = time.perf_counter()
             if requests:
+                self.answering = True
                 self._answer(requests)
+                self.answering = False
             waiting += received - start
             inferring += time.perf_counter() - received
         return dict(requests=self.requests_served, forward_passes=self.forward_passes, waiting_s=waiting,
