@@ -94,6 +94,8 @@ def run_train(task: str | None, config_file: str | None, overrides: list[str], r
             # As `--resume` would: the run's own config.yaml (the overrides given and any resize since, recorded)
             base, stages = load_stages(None, str(directory / "config.yaml"), [])
             resume = True
+    if attempt > 1:
+        summary["attempts"] = attempt
     write_text_atomic(directory / SUMMARY_FILE, json.dumps(summary, indent=2))
     print(json.dumps(summary), flush=True)
     return 0
