@@ -12,7 +12,8 @@ import uuid
 
 import ray
 
-from embodied_rl.runtime.transports.session_files import SESSIONS_ROOT, register_process, sweep_dead_sessions
+from embodied_rl.runtime.transports import session_files
+from embodied_rl.runtime.transports.session_files import register_process, sweep_dead_sessions
 from embodied_rl.runtime.transports.shared_memory import sweep_segments
 
 _ACTIVE: "Cluster | None" = None
@@ -32,7 +33,7 @@ class Cluster:
         self.num_cpus = num_cpus
         self.session_id = uuid.uuid4().hex[:8]
         self.authkey = os.urandom(32)  # authenticates channel connections that cross nodes over TCP
-        self.session_dir = tempfile.mkdtemp(prefix=f"erl-{self.session_id}-", dir=SESSIONS_ROOT)
+        self.session_dir = tempfile.mkdtemp(prefix=f"erl-{self.session_id}-", dir=session_files.SESSIONS_ROOT)
         register_process(self.session_dir)  # this session is alive while its driver is
         self._owns_ray = False
         self._started = False
