@@ -55,7 +55,9 @@ class Cluster:
             ray.init(address=self.address, logging_level="ERROR", log_to_driver=True)
         else:
             _bind_to_loopback()
-            ray.init(num_cpus=self.num_cpus, include_dashboard=False, logging_level="ERROR",
+            # "local": a private Ray even when this machine runs another (Ray would join the one recorded in
+            # /tmp/ray/ray_current_cluster, and refuse num_cpus there).
+            ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, logging_level="ERROR",
                      _node_ip_address="127.0.0.1", log_to_driver=True,
                      namespace=f"embodied-rl-{self.session_id}")
             self._owns_ray = True
