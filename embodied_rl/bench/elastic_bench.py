@@ -7,10 +7,12 @@ Three phases of ``--rounds`` iterations each, measured in one run on one local c
 * ``removed``: back to the starting sizes.
 
 For each resize: seconds from the request to the new sizes (``resize_s``) and, when workers were added, to the new
-env worker's first simulator step (``request_to_first_step_s``). For each phase: training env steps/s of whole
-iterations. Over the run: transitions simulated (every env worker's own counter, read before it leaves), trained
-(what the actor's updates consumed), lost (simulated but not trained) and duplicated (trained twice, or left on the
-channel).
+env worker's first simulator step (``request_to_first_step_s``), with where those seconds went
+(``first_step_breakdown_s``: until the new worker's process runs its constructor, building its envs, until the
+resize returned (the other new workers, layouts, weights), and from there to the first step). For each phase:
+training env steps/s of whole iterations. Over the run: transitions (env steps) simulated (every env worker's own
+counter, read before it leaves), trained (the actor's own counter of the env steps its updates trained on), lost
+(simulated but not trained) and duplicated (trained twice, or left on the channel).
 """
 
 from __future__ import annotations
@@ -34,16 +36,20 @@ class ElasticLoop:
     def __init__(self, workers, steps: int):
         self.workers = workers
         self.steps = steps
-        self.trained = 0
+        self.trained = 0  # the actor's counter of env steps trained on (``train/env_steps_trained``)
         self.simulated_by_left_workers = 0
+
+    def iteration(self) -> None:
+        """Sample a round, update on it (the round's own trajectories), install the new weights."""
+        self.workers.sample(self.steps)
+        metrics = self.workers.finish_update(self.workers.start_update())
+        self.trained = int(metrics["train/env_steps_trained"])
 
     def iterations(self, rounds: int) -> float:
         """Run ``rounds`` iterations; returns training env steps/s."""
         start, steps = time.perf_counter(), 0
         for _ in range(rounds):
-            self.workers.sample(self.steps)
-            metrics = ray.get(self.workers.actor.call("update", self.workers.trajectories_sent)[0])
-            self.trained += int(metrics["train/transitions"])
+            self.iteration()
             self.workers.install_weights(self.workers.publish_weights())
             steps += self.workers.trajectories_sent * self.per_worker_steps()
         return steps / (time.perf_counter() - start)
@@ -59,13 +65,16 @@ class ElasticLoop:
         old = len(self.workers.env)
         requested = time.time()
         metrics = self.workers.resize(env_workers, rollout_workers)
+        resized = time.time()
         out = {"resize_s": metrics["scale/resize_s"]}
         if env_workers > old:
-            self.workers.sample(self.steps)  # the new workers' first round (trained on like any other)
-            metrics = ray.get(self.workers.actor.call("update", self.workers.trajectories_sent)[0])
-            self.trained += int(metrics["train/transitions"])
-            first = ray.get(self.workers.env.workers[old].counters.remote())["first_step_at"]
-            out["request_to_first_step_s"] = first - requested
+            self.iteration()  # the new workers' first round (trained on like any other)
+            new = ray.get(self.workers.env.workers[old].counters.remote())
+            out["request_to_first_step_s"] = new["first_step_at"] - requested
+            out["first_step_breakdown_s"] = {
+                "process_start": new["started_at"] - requested, "env_construction": new["envs_built_at"] -
+                new["started_at"], "rest_of_resize": resized - new["envs_built_at"],
+                "first_step": new["first_step_at"] - resized}
         return out
 
     def totals(self) -> dict:
@@ -115,6 +124,8 @@ def run_elastic_bench(task: str, env_workers: int, envs_per_worker: int, steps: 
         print(f"  {phase:8s} env={env} rollout={rollout}: {result[f'{phase}_steps_per_s']:8.1f} env steps/s")
     print(f"  add: resized in {result['add']['resize_s']:.2f} s, request to the new env worker's first step "
           f"{result['add']['request_to_first_step_s']:.2f} s; remove: {result['remove']['resize_s']:.2f} s")
+    print("  request to first step: " + ", ".join(f"{name.replace('_', ' ')} {seconds:.2f} s" for name, seconds in
+                                                 result["add"]["first_step_breakdown_s"].items()))
     print(f"  added/before {result['added_vs_before']:.2f}, removed/before {result['removed_vs_before']:.2f}")
     print(f"  transitions: simulated {result['transitions_simulated']}, trained {result['transitions_trained']}, "
           f"lost {result['transitions_lost']}, duplicated {result['transitions_duplicated']}")

@@ -463,8 +463,10 @@ class EmbodiedWorkers:
         if not isinstance(serving, dict):
             serving = dict(enumerate(serving))
         self.channel.refresh()  # a replaced rollout worker's old inbox may still be cached
-        self.channel.put_to_every_reader(StopServing(), REQUESTS_KEY,  # by load, two could reach one worker
-                                         timeout=self.hang_timeout_s)
+        try:  # to every reader: by load, two could reach one worker
+            self.channel.put_to_every_reader(StopServing(), REQUESTS_KEY, timeout=self.hang_timeout_s)
+        except ChannelTimeout:
+            pass  # a reader that took nothing is stopped or wedged: it does not return from serve, below
         _, unfinished = wait_all_within(list(serving.values()), self.hang_timeout_s)
         counters, replaced = [], False
         for rank, future in sorted(serving.items()):
