@@ -1,0 +1,87 @@
+"""Failures on the driver's side and `train --retries N` through the real CLI: bad values are one line (exit 2); an
+env worker that keeps dying (a real WorkerLostError: SIGKILL from outside, as an operator or the OOM killer would)
+ends the run with a stop checkpoint beside the clean ones, one line saying so, and exit 1. (`--retries` resuming
+after the actor process dies: tests/runners/test_runners_stop_checkpoint.py.)"""
+
+import json
+import os
+import signal
+import time
+
+import psutil
+import pytest
+from conftest import run_cli
+from tests_helpers import TrackedProcess
+
+from embodied_rl.utils.checkpoint import load_checkpoint
+
+TINY = ["env.num_workers=1", "env.envs_per_worker=2", "env.max_episode_steps=25", "rollout.steps_per_iteration=16",
+        "total_env_steps=100000", "eval.every_iterations=0", "eval.num_episodes=2", "checkpoint.every_iterations=1",
+        "checkpoint.keep_last=10", "policy.hidden_sizes=[16]", "algorithm.num_minibatches=2"]
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5"])
+def test_a_bad_retries_value_is_one_line_and_exit_2(tmp_path, value):
+    result = run_cli("train", "--task", "maniskill_pushcube", "--run-dir", str(tmp_path / "run"), "--retries", value)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: argument --retries: {value!r} is not allowed; allowed: an integer >= 0 "
+        "(see `embodied-rl train --help`)"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_retries_on_a_text_task_are_refused_in_one_line(tmp_path):
+    result = run_cli("train", "--task", "math_arith", "--run-dir", str(tmp_path / "run"), "--retries", "1")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "--retries=1: text tasks cannot retry yet; allowed: 0" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def _env_worker_pids(process: TrackedProcess) -> list[int]:
+    pids = []
+    for child in psutil.Process(process.popen.pid).children(recursive=True):
+        try:
+            if (child.cmdline() or [""])[0].startswith("ray::EnvWorker"):
+                pids.append(child.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+@pytest.mark.slow
+def test_a_worker_that_keeps_dying_leaves_a_stop_checkpoint_and_exit_1(tmp_path):
+    run_dir = tmp_path / "run"
+    checkpoints = run_dir / "checkpoints"
+    process = TrackedProcess(["train", "--task", "maniskill_pushcube", "--run-dir", str(run_dir), *TINY])
+    deadline = time.time() + 400
+    while not (checkpoints / "iter_000002").is_dir():
+        assert process.poll() is None and time.time() < deadline, process.popen.communicate()[1][-3000:]
+        time.sleep(0.1)
+    before = {p.name: p.read_bytes() for p in (checkpoints / "iter_000002").iterdir()}
+    killed = set()
+    # SIGKILL the env worker, then each replacement, until the run gives up on it (MAX_WORKER_RESTARTS)
+    while process.poll() is None and not list(checkpoints.glob("interrupted_iter_*")) and len(killed) < 12:
+        for pid in set(_env_worker_pids(process)) - killed:
+            os.kill(pid, signal.SIGKILL)
+            killed.add(pid)
+        time.sleep(0.5)
+    returncode, _, stderr = process.wait(timeout=300)
+    assert returncode == 1, stderr[-3000:]
+    assert "Traceback" not in stderr and not process.leftovers()
+    failure = [line for line in stderr.splitlines() if line.startswith("failure: ")]
+    assert len(failure) == 1 and "stop checkpoint written" in failure[0]
+    # the run gives up on the env worker: it died once too often, or a replacement was killed while starting
+    kind = failure[0].split(":")[1].strip()
+    assert kind in ("WorkerLostError", "WorkerStartError") and "env" in failure[0], failure[0]
+    assert stderr.strip().splitlines()[-1].startswith(f"error: {kind}: ")
+
+    stops = sorted(checkpoints.glob("interrupted_iter_*"))
+    assert len(stops) == 1 and failure[0].endswith(str(stops[0]))
+    stop = load_checkpoint(stops[0])
+    assert stop.counters["interrupted"] and stop.counters["stop_reason"] == failure[0].split("; stop checkpoint")[0]
+    # the clean checkpoints are untouched, and the newest of them wins a tie with the stop checkpoint
+    assert {p.name: p.read_bytes() for p in (checkpoints / "iter_000002").iterdir()} == before
+    newest_clean = checkpoints / f"iter_{stop.counters['iteration']:06d}"
+    assert (newest_clean / "env_state.json").is_file()
+    assert load_checkpoint(run_dir).path == newest_clean
+    assert json.loads((newest_clean / "counters.json").read_text()).get("interrupted") is None
