@@ -104,7 +104,9 @@ class Channel:
         self.__init__(state["name"], state["session_dir"], state["directory"], state["transport"], state["authkey"])
 
     def traffic(self) -> dict:
-        """Counters of what this process has sent, by transport (all channels of the session)."""
+        """Counters of what this process has sent, by transport (all channels of the session):
+        ``<transport>_messages``/``_bytes``, ``shared_memory_buffers``/``_bytes`` (by kind too), and
+        ``shared_memory_fallbacks`` (buffers that went inline because shared memory had no room)."""
         return dict(self._endpoints.outbox.counters)
 
     def shared_array(self, shape, dtype="float32"):
