@@ -1,8 +1,10 @@
-"""Workers killed in the middle of a sampling round (SIGKILL from outside): the round completes on the survivors
-and the replacements, nothing waits forever, and the losses are counted."""
+"""Workers killed in the middle of a sampling round (SIGKILL from outside), or stopped (SIGSTOP: alive but
+hung): the round completes on the survivors and the replacements, nothing waits forever, and the losses are
+counted; a slow round that still progresses is left alone."""
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -11,8 +13,50 @@ import pytest
 import ray
 from tests_helpers import ray_worker_pids
 
+import sim_envs
 from embodied_rl.config import load_train_config
 from embodied_rl.runners.setup import start_workers
+
+# The slow task's factory travels to the env workers by value (tests/ is not on their path).
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SLOW_STEP_S = 0.05
+
+
+class SlowEnv:
+    """A real PushCube vector env whose every step takes ``SLOW_STEP_S`` longer (a heavy simulator)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, actions, observe: bool = True):
+        time.sleep(SLOW_STEP_S)
+        return self.env.step(actions, observe=observe)
+
+
+@sim_envs.register_task("test_faults_slow_pushcube", "PushCube whose steps take 50 ms more", "maniskill",
+                        "PushCube-v1")
+def slow_pushcube(num_envs: int, **overrides):
+    from sim_envs.maniskill.tasks import pushcube
+
+    return SlowEnv(pushcube(num_envs, **overrides))
+
+
+def gone(pid: int, timeout_s: float = 30) -> bool:
+    """Whether process ``pid`` has exited (a zombie counts) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def busy_pids(class_name: str, method: str) -> list[int]:
@@ -20,13 +64,15 @@ def busy_pids(class_name: str, method: str) -> list[int]:
     return [pid for pid in ray_worker_pids(class_name) if method in " ".join(psutil.Process(pid).cmdline())]
 
 
-def kill_one_while_sampling(class_name: str, rank_pids: list[int], killed: list, timeout_s: float = 120) -> None:
-    """Once an env worker is inside ``interact``, SIGKILL the first of ``rank_pids`` (a ``class_name`` worker)."""
+def kill_one_while_sampling(class_name: str, rank_pids: list[int], killed: list, timeout_s: float = 120,
+                            signal_number: int = signal.SIGKILL) -> None:
+    """Once an env worker is inside ``interact``, send ``signal_number`` (SIGKILL) to the first of ``rank_pids`` (a
+    ``class_name`` worker)."""
     start = time.monotonic()
     while not busy_pids("EnvWorker", "interact") and time.monotonic() - start < timeout_s:
         time.sleep(0.01)
     time.sleep(0.5)  # well inside the round
-    os.kill(rank_pids[0], signal.SIGKILL)
+    os.kill(rank_pids[0], signal_number)
     killed.append((class_name, rank_pids[0]))
 
 
@@ -120,5 +166,81 @@ def test_a_rollout_worker_dead_at_a_weight_broadcast_is_replaced_and_every_worke
             assert version == 1 and all((weights[k] == actor_weights[k]).all() for k in actor_weights)
         workers.sample(10)  # the new group serves the next round
         assert workers.trajectories_sent == 1 and workers.faults["fault/rollout_workers_replaced"] == 1
+    finally:
+        workers.shutdown()
+
+
+def test_a_stopped_env_worker_is_found_hung_and_replaced_within_the_hang_deadline(cluster):
+    """SIGSTOP: the process lives (Ray sees nothing wrong) but neither steps nor answers its heartbeat."""
+    config = load_train_config("maniskill_pushcube", None, [
+        "env.num_workers=2", "env.envs_per_worker=2", "env.max_episode_steps=50", "rollout.steps_per_iteration=300",
+        "algorithm.num_minibatches=2", "policy.hidden_sizes=[16]", "fault.hang_timeout_s=10"])
+    workers = start_workers(config, cluster)
+    pid = ray.get(workers.env.workers[1].process_id.remote())
+    stopper = threading.Thread(target=kill_one_while_sampling, args=("EnvWorker", [pid], [], 120, signal.SIGSTOP),
+                               daemon=True)
+    try:
+        stopper.start()
+        start = time.monotonic()
+        workers.sample(300)
+        took = time.monotonic() - start
+        stopper.join(timeout=5)
+        assert took < 60, f"the round took {took:.0f} s"
+        assert workers.faults["fault/env_workers_replaced"] == 1 and workers.faults["fault/hung_workers_killed"] == 1
+        assert workers.faults["fault/trajectories_lost"] == 1 and workers.last_round.env_ranks == (0,)
+        assert gone(pid)  # killed, not left stopped
+        metrics = workers.finish_update(workers.start_update())
+        assert metrics["train/env_steps_trained"] == 300 * 2  # the survivor's round, nothing of the stopped one
+        workers.sample(50)  # the replacement takes part in the next round
+        assert workers.last_round.env_ranks == (0, 1)
+    finally:
+        if not gone(pid, 0):
+            os.kill(pid, signal.SIGKILL)
+        workers.shutdown()
+
+
+def test_a_slow_round_that_progresses_is_not_taken_for_a_hung_one(cluster):
+    config = load_train_config("maniskill_pushcube", None, [
+        "env.num_workers=1", "env.envs_per_worker=1", "env.max_episode_steps=20", "rollout.steps_per_iteration=100",
+        "algorithm.num_minibatches=2", "policy.hidden_sizes=[16]", "fault.hang_timeout_s=2"])
+    config.task = "test_faults_slow_pushcube"
+    workers = start_workers(config, cluster)
+    try:
+        start = time.monotonic()
+        episodes = workers.sample(100)
+        assert time.monotonic() - start > 2 * config.fault.hang_timeout_s  # longer than the hang deadline
+        assert len(episodes) == 5 and workers.last_round.env_ranks == (0,)
+        assert workers.faults["fault/hung_workers_killed"] == 0 and workers.faults["fault/env_workers_replaced"] == 0
+        assert workers.finish_update(workers.start_update())["train/env_steps_trained"] == 100
+    finally:
+        workers.shutdown()
+
+
+def test_a_rollout_worker_dead_after_the_last_env_worker_returned_is_replaced_and_sampling_goes_on(cluster):
+    """The window between the round's last env result and telling the rollout workers to stop: the rollout worker
+    is SIGKILLed (and gone) right before ``stop_serving``, deterministically, by wrapping that method."""
+    config = load_train_config("maniskill_pushcube", None, [
+        "env.num_workers=1", "env.envs_per_worker=2", "rollout.num_workers=1", "rollout.steps_per_iteration=10",
+        "algorithm.num_minibatches=2", "policy.hidden_sizes=[16]", "fault.hang_timeout_s=30"])
+    workers = start_workers(config, cluster)
+    pid = ray.get(workers.rollout.workers[0].process_id.remote())
+    stop_serving = workers.stop_serving
+
+    def kill_then_stop(serving, *args, **kwargs):
+        os.kill(pid, signal.SIGKILL)
+        assert gone(pid)
+        return stop_serving(serving, *args, **kwargs)
+
+    workers.stop_serving = kill_then_stop
+    try:
+        workers.sample(10)
+        del workers.stop_serving
+        assert workers.faults["fault/rollout_workers_replaced"] == 1 and workers.faults["fault/trajectories_lost"] == 0
+        assert workers.last_round.env_ranks == (0,)  # the env worker's round counts in full
+        assert ray.get(workers.rollout.workers[0].process_id.remote()) != pid
+        metrics = workers.finish_update(workers.start_update())
+        assert metrics["train/needs_more"] == 0 and metrics["train/env_steps_trained"] == 2 * 10
+        workers.sample(10)  # the replacement serves the next round
+        assert workers.finish_update(workers.start_update())["train/env_steps_trained"] == 2 * 2 * 10
     finally:
         workers.shutdown()
