@@ -113,7 +113,8 @@ class Channel:
         """A numpy array in shared memory: putting it (or a view of it) sends its name, not its bytes.
 
         Readers on this node see the same memory (torch's ``share_memory_()`` semantics): do not write to it
-        again until the readers are done with what was sent. Readers on other nodes get a copy.
+        again until the readers are done with what was sent. Readers on other nodes get a copy. Raises
+        ``OSError`` (ENOSPC, naming the directory and its free bytes) when shared memory cannot hold it.
         """
         return self._endpoints.outbox.encoder.shared_arrays.empty(shape, dtype)
 

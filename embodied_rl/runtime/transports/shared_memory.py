@@ -51,11 +51,11 @@ def shm_dir() -> str:
 
 
 def free_bytes(directory: str | None = None) -> int:
-    """Bytes an unprivileged writer can still allocate in ``directory`` (default: ``shm_dir()``); 0 if unknown."""
+    """Bytes an unprivileged writer can still allocate in ``directory`` (default: ``shm_dir()``); -1 if unknown."""
     try:
         stats = os.statvfs(directory or shm_dir())
     except OSError:
-        return 0
+        return -1
     return stats.f_bavail * stats.f_frsize
 
 
@@ -95,8 +95,9 @@ def create_segment(prefix: str, data_bytes: int) -> tuple[str, int, mmap.mmap]:
     path = f"{prefix}{uuid.uuid4().hex}"
     size = DATA_OFFSET + data_bytes
     directory = os.path.dirname(path)
-    if free_bytes(directory) < size:
-        raise OSError(errno.ENOSPC, f"{directory} has {free_bytes(directory)} bytes free, a segment needs {size}")
+    free = free_bytes(directory)
+    if 0 <= free < size:
+        raise OSError(errno.ENOSPC, f"{directory} has {free} bytes free, a segment needs {size}")
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         try:
