@@ -118,7 +118,10 @@ def _cause(error) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     raised = [line for line in lines if ": " in line and line.split(":", 1)[0].replace(".", "").isidentifier()
               and line.split(":", 1)[0].endswith(("Error", "Exception", "Exit", "Interrupt"))]
-    return (raised[-1] if raised else f"{type(error).__name__}: {lines[0] if lines else ''}")[:300]
+    if not raised:
+        return f"{type(error).__name__}: {lines[0] if lines else ''}"[:300]
+    name, _, message = raised[-1].partition(": ")
+    return f"{name.rsplit('.', 1)[-1]}: {message}"[:300]  # the class name, without its module
 
 
 @dataclass
