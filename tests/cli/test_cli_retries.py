@@ -85,3 +85,43 @@ def test_a_worker_that_keeps_dying_leaves_a_stop_checkpoint_and_exit_1(tmp_path)
     assert (newest_clean / "env_state.json").is_file()
     assert load_checkpoint(run_dir).path == newest_clean
     assert json.loads((newest_clean / "counters.json").read_text()).get("interrupted") is None
+
+
+STAGED = {"stages": [
+    {"name": "sft", "algorithm": {"name": "sft", "demo_episodes": 2, "gradient_steps": 200,
+                                  "steps_per_iteration": 100, "batch_size": 64}},
+    {"name": "grpo", "algorithm": {"name": "grpo", "group_size": 2, "score": "return", "num_minibatches": 2,
+                                   "update_epochs": 1},
+     "env": {"max_episode_steps": 10}, "rollout": {"steps_per_iteration": 10}, "total_env_steps": 80},
+]}
+
+
+@pytest.mark.slow
+def test_retries_of_a_staged_recipe_continue_its_unfinished_stage(tmp_path):
+    """The actor process is SIGKILLed in the second stage: the retry skips the finished stage and resumes the
+    second from its checkpoint."""
+    import yaml
+
+    recipe = tmp_path / "staged.yaml"
+    recipe.write_text(yaml.safe_dump(STAGED))
+    run_dir = tmp_path / "run"
+    process = TrackedProcess(["train", "--task", "maniskill_pushcube", "--config", str(recipe), "--run-dir",
+                              str(run_dir), "--retries", "1", "env.num_workers=1", "env.envs_per_worker=2",
+                              "eval.num_episodes=2", "eval.every_iterations=0", "checkpoint.every_iterations=1",
+                              "policy.hidden_sizes=[16]"], env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    deadline = time.time() + 500
+    while not (run_dir / "1-grpo" / "checkpoints" / "iter_000001").is_dir():
+        assert process.poll() is None and time.time() < deadline, process.popen.communicate()[1][-3000:]
+        time.sleep(0.05)
+    actors = [child for child in psutil.Process(process.popen.pid).children(recursive=True)
+              if (child.cmdline() or [""])[0].startswith("ray::ActorWorker")]
+    assert actors, "no actor process found"
+    os.kill(actors[0].pid, signal.SIGKILL)
+    returncode, stdout, stderr = process.wait(timeout=600)
+    assert returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr and not process.leftovers()
+    assert [line for line in stderr.splitlines() if line.startswith("retry ")][0].startswith(
+        "retry 1/1: attempt 1 failed (ActorDiedError")
+    assert "stage 0-sft: finished earlier" in stdout
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["attempts"] == 2 and summary["stages"]["1-grpo"]["env_steps"] == 80
