@@ -13,6 +13,9 @@ resize returned (the other new workers, layouts, weights), and from there to the
 training env steps/s of whole iterations. Over the run: transitions (env steps) simulated (every env worker's own
 counter, read before it leaves), trained (the actor's own counter of the env steps its updates trained on), lost
 (simulated but not trained) and duplicated (trained twice, or left on the channel).
+
+The worker set keeps one standby process beside the env and rollout groups (``standby_workers``, as an autoscaled
+run does): a worker added is constructed in a process already started, with its modules imported.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import ray
 from embodied_rl.config import ConfigError, load_train_config
 from embodied_rl.runtime import Cluster
 from embodied_rl.workers.messages import TRAJECTORIES_KEY
+
+STANDBY_WORKERS = 1
 
 SETTINGS = ["rollout.num_workers=1", "policy.hidden_sizes=[64,64]", "algorithm.name=ppo", "algorithm.update_epochs=1",
             "algorithm.num_minibatches=2", "algorithm.target_kl=null"]
@@ -98,11 +103,14 @@ def run_elastic_bench(task: str, env_workers: int, envs_per_worker: int, steps: 
     config = load_train_config(task, None, [f"env.num_workers={env_workers}", f"env.envs_per_worker={envs_per_worker}",
                                             f"rollout.steps_per_iteration={steps}", *SETTINGS])
     with Cluster(config.cluster.address, config.cluster.num_cpus) as cluster:
-        workers = start_workers(config, cluster)
+        workers = start_workers(config, cluster, standby_workers=STANDBY_WORKERS)
         try:
+            for group in (workers.env, workers.rollout):
+                group.wait_standby()  # ready before anything is measured (they would compete for the cores)
             loop = ElasticLoop(workers, steps)
             workers.install_weights(workers.publish_weights())
             result = {"task": task, "rounds_per_phase": rounds, "steps_per_env_per_round": steps,
+                      "standby_workers": STANDBY_WORKERS,
                       "sizes": {"before": [env_workers, 1], "added": [env_workers + 1, 2],
                                 "removed": [env_workers, 1]}}
             result["before_steps_per_s"] = loop.iterations(rounds)

@@ -1,9 +1,9 @@
-"""Build the worker groups of an embodied run (env, rollout, actor) on a cluster, and sync weights."""
+"""Build the worker groups of an embodied run (env, rollout, actor) on a cluster and run their sampling rounds: hung
+or dead workers replaced, every wait with a deadline (weight sync in weight_sync.py, resizes in resize.py)."""
 
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass, field
 
 import ray
@@ -11,17 +11,16 @@ import ray
 import sim_envs
 from embodied_rl.config.schema import TrainConfig, resolve_placement, slots_are_gpus
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
-from embodied_rl.runners.autoscale import env_step
 from embodied_rl.runtime.channel import ChannelTimeout
-from embodied_rl.runtime.deadlines import (DeadlineExceeded, HeartbeatWatch, WorkerStartError, get_within,
-                                           wait_all_within)
+from embodied_rl.runners.resize import (MAX_WORKER_RESTARTS, REPLACEMENT_SEED_STRIDE, Resizing,  # noqa: F401
+                                        ScaleError, ScaleRolledBack)
+from embodied_rl.runners.weight_sync import WeightSync
+from embodied_rl.runtime.deadlines import DeadlineExceeded, HeartbeatWatch, get_within, one_line, wait_all_within
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.env_worker import EnvWorker
 from embodied_rl.workers.messages import REQUESTS_KEY, ResendRequest, StopServing, responses_key
 from embodied_rl.workers.rollout_worker import RolloutWorker
 
-
-WEIGHTS_COLLECTIVE = "weights"
 
 FAULT_COUNTERS = ("fault/env_workers_replaced", "fault/rollout_workers_replaced", "fault/trajectories_lost",
                   "fault/rounds_dropped", "fault/hung_workers_killed", "fault/stale_trajectories_dropped")
@@ -34,28 +33,6 @@ HANG_TIMEOUT_S = 300.0
 
 UPDATE_TIMEOUT_S = 3600.0
 """Default of ``fault.update_timeout_s``."""
-
-
-BROADCAST_RECOVERY_S = 10.0
-"""After a weight broadcast failed, how long its surviving members may take to finish before they count as stuck
-in the broken collective (and are replaced too)."""
-
-
-def _died(future) -> bool:
-    """Whether the finished call behind ``future`` failed because its worker died."""
-    try:
-        ray.get(future)
-        return False
-    except ray.exceptions.RayActorError:
-        return True
-    except ray.exceptions.RayTaskError:
-        return False
-
-
-def _one_line(error) -> str:
-    """``Type: first sentence`` of an error (Ray's errors run to paragraphs)."""
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text.split('. ')[0]}"[:300]
 
 
 def grouped(config: TrainConfig) -> bool:
@@ -99,31 +76,6 @@ def observation_spec(obs_shape) -> dict:
     return dict(obs_dim=int(obs_shape[0]))
 
 
-MAX_WORKER_RESTARTS = 3
-"""Replacements of one rank before the run gives up on it (a worker that dies every time is a bug, not bad luck)."""
-
-REPLACEMENT_SEED_STRIDE = 1_000_003
-"""A replacement env worker's seed moves by this much per incarnation: its episodes start from fresh states."""
-
-
-def _new_worker_cpus(current: int, wanted: int) -> float | None:
-    """CPUs that each worker added to a group declares to Ray: a share of what Ray has left, so that a worker
-    added to a full cluster still starts (placement pins processes to cores; Ray's CPUs are bookkeeping here)."""
-    if wanted <= current:
-        return None
-    share = float(ray.available_resources().get("CPU", 0.0)) / (wanted - current)
-    return min(share, 1.0) if share >= 0.01 else 0.0  # Ray never schedules beyond its CPUs; zero always fits
-
-
-class ScaleError(ValueError):
-    """A resize request that cannot be carried out (e.g. it would split GRPO groups)."""
-
-
-class ScaleRolledBack(ScaleError):
-    """A resize whose new workers did not start (or did not take their layout) within the deadlines: undone, the
-    run continues at its old sizes."""
-
-
 @dataclass(frozen=True)
 class SampledRound:
     """What the actor's update needs to know of a sampling round: its number, the env workers whose trajectories
@@ -139,7 +91,7 @@ class WorkerLostError(RuntimeError):
 
 
 @dataclass
-class EmbodiedWorkers:
+class EmbodiedWorkers(Resizing, WeightSync):
     channel: Channel
     env: WorkerGroup
     rollout: WorkerGroup
@@ -278,7 +230,7 @@ class EmbodiedWorkers:
         """Count a replacement of ``(group, rank)``; ``error``: what ended the worker (an error, or a line)."""
         restarts = self.restarts.get((group, rank), 0) + 1
         if restarts > MAX_WORKER_RESTARTS:
-            last = error if isinstance(error, str) else _one_line(error)
+            last = error if isinstance(error, str) else one_line(error)
             raise WorkerLostError(f"{group} worker {rank} died {restarts} times (at most {MAX_WORKER_RESTARTS} "
                                   f"replacements per worker); last error: {last}") from None
         self.restarts[(group, rank)] = restarts
@@ -286,7 +238,7 @@ class EmbodiedWorkers:
 
     def _replace_env(self, rank: int, error, hung: str | None = None) -> None:
         """Replace env worker ``rank``, which died with ``error`` (or was killed because it hung: ``hung``)."""
-        cause = f"hung ({hung})" if hung else f"died ({_one_line(error)})"
+        cause = f"hung ({hung})" if hung else f"died ({one_line(error)})"
         incarnation = self._count_restart("env", rank, f"hung: {hung}" if hung else error)
         print(f"env worker {rank} {cause}; replacing it", file=sys.stderr, flush=True)
         seed = int(self.env.worker_kwargs["seed"])
@@ -330,7 +282,7 @@ class EmbodiedWorkers:
                 error = RuntimeError("serve returned before it was told to stop")
             except Exception as raised:  # noqa: BLE001 - any death or crash is replaced the same way
                 error = raised
-        cause = f"hung ({hung})" if hung else f"died ({_one_line(error)})"
+        cause = f"hung ({hung})" if hung else f"died ({one_line(error)})"
         self._count_restart("rollout", rank, f"hung: {hung}" if hung else error)
         print(f"rollout worker {rank} {cause}; replacing it", file=sys.stderr, flush=True)
         if self.actor is None and self.installed_weights is None:
@@ -339,11 +291,6 @@ class EmbodiedWorkers:
         get_within(worker.load_weights.remote(self._full_weights()), self.hang_timeout_s,
                    f"rollout worker {rank}'s weights (a replacement)")
         self.faults["fault/rollout_workers_replaced"] += 1
-
-    def _full_weights(self):
-        """Reference to ``(weights, version)`` for a new rollout worker: the actor's, frozen ones included (without
-        an actor, as in ``embodied-rl eval``: the weights last installed)."""
-        return self.actor.workers[0].get_weights.remote(False) if self.actor else self.installed_weights
 
     def _ask_env_workers_to_resend(self, ranks: list[int]) -> None:
         """A dead rollout worker took requests with it: each env worker still running resends its latest."""
@@ -354,106 +301,6 @@ class EmbodiedWorkers:
                     self.channel.put(ResendRequest(), responses_key(rank, stage, incarnation), timeout=1.0)
                 except ChannelTimeout:
                     pass  # that env worker died too; its own replacement handles it
-
-    def resize(self, env_workers: int | None = None, rollout_workers: int | None = None) -> dict:
-        """Between sampling rounds (nothing in flight): grow or shrink the env and rollout groups; returns
-        ``scale/...`` metrics. New env workers and the ones kept all take fresh seed streams, disjoint across the
-        new set; GRPO groups stay whole (the new env total must be a multiple of the group size) and every member
-        continues the groups' sequence of shared states. New rollout workers get the actor's weights.
-
-        New env and rollout workers construct at the same time, while the kept env workers take their new layout.
-        A new worker that fails to construct, or does not within ``fault.start_timeout_s`` (or a layout or weights
-        call that misses ``fault.hang_timeout_s``), rolls the resize back: ``ScaleRolledBack``, and the groups are
-        as they were (a group already shrunk stays shrunk) and ready for the next round."""
-        start = time.perf_counter()
-        before = (len(self.env), len(self.rollout))
-        grow_env = env_workers is not None and env_workers != len(self.env)
-        grow_rollout = rollout_workers is not None and rollout_workers != len(self.rollout)
-        if grow_env:
-            per_worker = int(self.env.worker_kwargs["envs_per_worker"])
-            group_size = self.env.worker_kwargs.get("group_size")
-            if group_size and env_workers * per_worker % group_size:
-                raise ScaleError(f"env={env_workers}: {env_workers * per_worker} envs do not form whole groups of "
-                                 f"group_size={group_size}; allowed: a multiple of "
-                                 f"{env_step(per_worker, group_size)} env workers")
-        growths = {}
-        try:
-            layout = None
-            if grow_env:
-                for rank in range(env_workers, len(self.env)):
-                    self.restarts.pop(("env", rank), None)
-                    self.steps_seen.pop(rank, None)
-                seed, total = self._next_env_layout(env_workers)
-                growths["env"] = self.env.begin_resize(env_workers, _new_worker_cpus(len(self.env), env_workers),
-                                                       seed=seed, total_envs=total)
-                layout = self._start_env_layout(seed, total, ranks=range(min(before[0], env_workers)))
-            if grow_rollout:
-                for rank in range(rollout_workers, len(self.rollout)):
-                    self.restarts.pop(("rollout", rank), None)
-                growths["rollout"] = self.rollout.begin_resize(
-                    rollout_workers, _new_worker_cpus(len(self.rollout), rollout_workers))
-            if grow_env:
-                added = self.env.finish_resize(growths["env"])
-                self.steps_seen.update(dict.fromkeys(added, 0))
-                self._finish_env_layout(layout, added)
-            if grow_rollout:
-                added = self.rollout.finish_resize(growths["rollout"])
-                if added:
-                    source = self._full_weights()
-                    get_within([self.rollout.workers[rank].load_weights.remote(source) for rank in added],
-                               self.hang_timeout_s, f"new rollout workers {added}' weights")
-                if self.broadcast_formed:
-                    self._reform_weight_broadcast(len(added) > 0)
-        except (WorkerStartError, DeadlineExceeded, ray.exceptions.RayError) as error:
-            self._roll_back(before, growths)
-            raise ScaleRolledBack(f"{_one_line(error) if isinstance(error, ray.exceptions.RayError) else error}; "
-                                  f"rolled back to env workers {len(self.env)}, rollout workers {len(self.rollout)}"
-                                  ) from None
-        return {"scale/env_workers": len(self.env), "scale/rollout_workers": len(self.rollout),
-                "scale/resize_s": time.perf_counter() - start}
-
-    def _next_env_layout(self, env_workers: int) -> tuple[int, int]:
-        """``(seed, total envs)`` of the env group at ``env_workers`` workers: a fresh seed stream per resize."""
-        self.scale_generation += 1
-        seed = int(self.env.worker_kwargs["seed"]) + REPLACEMENT_SEED_STRIDE * (MAX_WORKER_RESTARTS + 1) \
-            * self.scale_generation
-        return seed, env_workers * int(self.env.worker_kwargs["envs_per_worker"])
-
-    def _start_env_layout(self, seed: int, total: int, ranks) -> dict:
-        """Give env workers ``ranks`` the layout ``(seed, total)`` (without waiting); for ``_finish_env_layout``."""
-        group_size = self.env.worker_kwargs.get("group_size")
-        progress = (get_within(self.env.workers[0].group_progress.remote(), self.hang_timeout_s,
-                               "env worker 0's group progress") if group_size else None)
-        return {"calls": self.env.call("relayout", seed, total, ranks=list(ranks)), "progress": progress}
-
-    def _finish_env_layout(self, layout: dict, added: list[int]) -> None:
-        get_within(layout["calls"], self.hang_timeout_s, "the env workers' new layout (relayout)")
-        if layout["progress"] is not None:  # every member, new ones included, continues the groups' sequence
-            get_within(self.env.call("set_group_progress", layout["progress"]), self.hang_timeout_s,
-                       "the env workers' group progress")
-
-    def _roll_back(self, before: tuple[int, int], growths: dict) -> None:
-        """After a failed resize: undo growths still under way, shrink groups that grew back to their sizes
-        ``before``, and lay the env workers out again for the size they end at."""
-        for name, group in (("env", self.env), ("rollout", self.rollout)):
-            if name in growths:
-                group.abort_resize(growths[name])
-        try:
-            if len(self.rollout) > before[1]:
-                self.rollout.resize(before[1])
-            if "rollout" in growths and self.broadcast_formed:
-                self._reform_weight_broadcast()
-            if len(self.env) > before[0]:
-                self.env.resize(before[0])
-            if "env" in growths:
-                for rank in range(len(self.env), before[0]):
-                    self.steps_seen.pop(rank, None)
-                seed, total = self._next_env_layout(len(self.env))
-                self._finish_env_layout(self._start_env_layout(seed, total, range(len(self.env))), [])
-                self.env.worker_kwargs.update(seed=seed, total_envs=total)
-        except (WorkerStartError, DeadlineExceeded, ray.exceptions.RayError) as error:
-            print(f"warning: rolling back a resize: {_one_line(error)}; a dead or hung worker is replaced in the "
-                  f"next round", file=sys.stderr, flush=True)
 
     def stop_serving(self, serving, replace: bool = True) -> bool:
         """Tell the rollout workers to stop serving and collect each one's counters (``last_serving``) from
@@ -488,101 +335,10 @@ class EmbodiedWorkers:
         self.last_serving = counters
         return replaced
 
-    def _reform_weight_broadcast(self, new_members: bool = True) -> None:
-        """A new collective for the actor and the current rollout workers (members that left or died are in the
-        old one, which every survivor leaves)."""
-        survivors = [self.actor.workers[0], *self.rollout.workers]
-        get_within([worker.leave_collective.remote(self.weights_collective) for worker in survivors],
-                   self.hang_timeout_s, f"leaving the weight collective {self.weights_collective!r}")
-        self.broadcast_generation += 1
-        self.form_weight_broadcast()
-        if new_members:
-            self.weights_synced = False  # a new member holds no frozen weights yet
-
     def shutdown(self) -> None:
         for group in (self.env, self.rollout, self.actor):
             if group is not None:
                 group.kill()
-
-    def form_weight_broadcast(self) -> None:
-        """Make the actor (rank 0) and the rollout workers one collective group for weight broadcasts: NCCL when
-        the actor computes on a GPU, gloo otherwise."""
-        from embodied_rl.runtime.collective import form_collective
-
-        device = get_within(self.actor.workers[0].device_name.remote(), self.hang_timeout_s, "the actor's device")
-        form_collective(self.weights_collective, [self.actor.workers[0], *self.rollout.workers],
-                        backend="nccl" if device.startswith("cuda") else "gloo")
-        self.broadcast_formed = True
-
-    @property
-    def weights_collective(self) -> str:
-        return f"{WEIGHTS_COLLECTIVE}:{self.broadcast_generation}"
-
-    def broadcast_weights(self) -> int:
-        """Actor -> every rollout worker through the collective group; returns the version they installed. After
-        the first sync only trained weights travel (frozen ones, e.g. a LoRA base, are already in place)."""
-        self._replace_dead_rollout_workers()
-        only_trained = self.weights_synced
-        sent = self.actor.call("broadcast_weights", self.weights_collective, only_trained)
-        received = self.rollout.call("receive_weights", self.weights_collective, only_trained)
-        try:
-            versions = get_within(sent + received, self.update_timeout_s, "the weight broadcast")
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as error:
-            self._recover_broadcast(sent[0], received, error)
-            return self.broadcast_weights()  # on the new group
-        if len(set(versions)) != 1:
-            raise RuntimeError(f"weight broadcast left mixed policy versions {versions}")
-        self.weights_synced = True
-        return versions[0]
-
-    def _replace_dead_rollout_workers(self) -> None:
-        """Before a broadcast: a rollout worker that died since the last round (or does not answer within
-        ``BROADCAST_RECOVERY_S``) would break the collective for all members (the live ones would wait in it until its
-        timeout), so it is replaced and the group formed anew."""
-        pings = [worker.process_id.remote() for worker in self.rollout.workers]
-        _, unanswered = ray.wait(pings, num_returns=len(pings), timeout=BROADCAST_RECOVERY_S)
-        lost = [rank for rank, ping in enumerate(pings) if ping in unanswered or _died(ping)]
-        for rank in lost:
-            if pings[rank] in unanswered:  # alive but not answering: it would hang the broadcast
-                print(f"rollout worker {rank} did not answer in {BROADCAST_RECOVERY_S:.0f} s; replacing it",
-                      file=sys.stderr, flush=True)
-                ray.kill(self.rollout.workers[rank], no_restart=True)
-            self._replace_rollout(rank, ray.exceptions.RayActorError())
-        if lost:
-            self._reform_weight_broadcast()
-
-    def _recover_broadcast(self, sent, received: list, error) -> None:
-        """A rollout worker died before or during a broadcast, which breaks the collective for every member: replace
-        it (with the actor's weights), and also any member still stuck in the broken broadcast after
-        ``BROADCAST_RECOVERY_S``; then form a new group. A dead actor, or a failure with no dead rollout worker,
-        is raised."""
-        _, pending = ray.wait([sent, *received], num_returns=len(received) + 1, timeout=BROADCAST_RECOVERY_S)
-        if sent in pending or _died(sent):
-            raise error
-        dead = [rank for rank, future in enumerate(received) if future not in pending and _died(future)]
-        if not dead:
-            raise error
-        stuck = [rank for rank, future in enumerate(received) if future in pending]
-        for rank in stuck:
-            print(f"rollout worker {rank} is stuck in the broken weight broadcast; replacing it", file=sys.stderr,
-                  flush=True)
-            ray.kill(self.rollout.workers[rank], no_restart=True)
-        for rank in sorted(dead + stuck):
-            self._replace_rollout(rank, error)
-        self._reform_weight_broadcast()
-
-    def publish_weights(self):
-        """The actor's ``(weights, version)`` copied to the object store (host memory); returns its reference.
-        After the first publication only trained weights travel (see ``broadcast_weights``)."""
-        return self.actor.call("get_weights", self.weights_synced)[0]
-
-    def install_weights(self, weights_ref) -> int:
-        """Load published weights into every rollout worker; returns their policy version."""
-        version = self.call_rollout("load_weights", weights_ref)[0]
-        self.installed_weights = weights_ref
-        self.weights_synced = True
-        return version
-
 
 def node_ids_for(config: TrainConfig, component: str) -> list[str] | None:
     """Ray node ids a component is pinned to by ``placement.nodes`` (None: anywhere)."""
@@ -601,9 +357,13 @@ def node_ids_for(config: TrainConfig, component: str) -> list[str] | None:
 
 
 def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True,
-                  env_seed_offset: int = 0, cluster_share: float = 1.0) -> EmbodiedWorkers:
+                  env_seed_offset: int = 0, cluster_share: float = 1.0,
+                  standby_workers: int | None = None) -> EmbodiedWorkers:
     """Env, rollout and (optionally) actor groups sharing one channel; ``cluster_share`` of the cluster's CPU
     slots is split evenly among them (several worker sets alive at once, as in benchmarks, take a share each).
+
+    ``standby_workers``: processes kept started beside the env and rollout groups each (``WorkerGroup``), so a
+    worker added or replaced skips process start-up and imports; None: one each when ``autoscale.enabled``.
 
     ``env_seed_offset`` moves the envs to fresh initial states (a resumed run without saved env states must not
     replay the first episodes).
@@ -619,7 +379,8 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     cores = lambda component: placement.slots[component] if on_cpu else None  # noqa: E731
     gpus = lambda component: None if on_cpu else placement.slots[component]  # noqa: E731
     fault = config.fault
-    env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=task,
+    standby = int(config.autoscale.enabled) if standby_workers is None else standby_workers
+    env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=task, standby=standby,
                       start_timeout_s=fault.start_timeout_s, answer_timeout_s=2 * fault.hang_timeout_s,
                       put_timeout_s=fault.hang_timeout_s,
                       envs_per_worker=config.env.envs_per_worker, env_options=env_options(config),
@@ -636,7 +397,7 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
                        hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std,
                        **observation_spec(obs_shape), **policy_size(config), **dict(config.policy.options))
     rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
-                          start_timeout_s=fault.start_timeout_s, policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
+                          start_timeout_s=fault.start_timeout_s, standby=standby, policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
                           gpu_slots=gpus("rollout"), node_ids=node_ids_for(config, "rollout"))
     actor = None
     if with_actor:

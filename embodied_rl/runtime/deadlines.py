@@ -16,6 +16,12 @@ class WorkerStartError(RuntimeError):
     the start deadline. The message names the group, the ranks and the resources Ray had."""
 
 
+def one_line(error) -> str:
+    """``Type: first sentence`` of an error (Ray's errors run to paragraphs)."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text.split('. ')[0]}"[:300]
+
+
 def get_within(refs, timeout_s: float, what: str):
     """``ray.get(refs)``, raising ``DeadlineExceeded`` naming ``what`` after ``timeout_s`` seconds (errors of the
     calls themselves, e.g. ``RayActorError`` of a dead worker, pass through)."""

@@ -29,6 +29,12 @@ class Worker:
 
     CONCURRENCY_GROUPS: dict[str, int] = {}
 
+    @classmethod
+    def prepare_process(cls, **worker_kwargs) -> None:
+        """In a standby process (see ``WorkerGroup``'s ``standby``), ahead of any rank: the slow part of starting that
+        does not depend on the rank, e.g. importing big modules. Gets the group's keyword arguments as they are."""
+        import torch  # noqa: F401  (every worker's constructor imports it)
+
     def __init__(self, group: str, rank: int, world_size: int, torch_threads: int = 1,
                  cpu_slots: tuple[int, ...] | None = None, gpu_slots: tuple[int, ...] | None = None):
         if gpu_slots:
@@ -133,14 +139,36 @@ class Growth:
     done: bool = False
 
 
+def _standby_class(worker_class: type) -> type:
+    """``worker_class`` with a constructor that only prepares the process (``prepare_process``); ``construct`` runs
+    the real constructor later, with a rank's arguments. Named like the class (Ray titles its process alike)."""
+
+    class Standby(worker_class):
+        def __init__(self, **worker_kwargs):  # noqa: D107 - no super().__init__: ``construct`` runs it
+            worker_class.prepare_process(**worker_kwargs)
+
+        def construct(self, **worker_kwargs) -> str:
+            worker_class.__init__(self, **worker_kwargs)
+            return self.ping()
+
+    Standby.__name__ = Standby.__qualname__ = worker_class.__name__
+    return Standby
+
+
 class WorkerGroup:
     """``num_workers`` Ray actors of ``worker_class``, ranks 0..n-1, each with ``cpus_per_worker`` CPU slots.
 
     ``call`` returns futures (one per rank) so groups can work at the same time; ``run`` waits for them.
+
+    ``standby``: processes kept started beside the group (Ray actors of the class, declaring no CPUs, that ran
+    ``prepare_process`` and constructed nothing); a worker added or replaced later is constructed in one of them
+    (skipping process start-up and module imports), and another is started for the next time. Not with
+    ``node_ids`` (a standby process is not on a chosen node).
     """
 
     def __init__(self, worker_class: type, name: str, num_workers: int, cpus_per_worker: float = 1.0,
-                 node_ids: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S, **worker_kwargs: Any):
+                 node_ids: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S, standby: int = 0,
+                 **worker_kwargs: Any):
         if num_workers < 1:
             raise ValueError(f"worker group {name!r} needs at least one worker, got {num_workers}")
         self.name = name
@@ -151,7 +179,12 @@ class WorkerGroup:
         self.worker_kwargs = worker_kwargs
         self.world_size = num_workers
         groups = getattr(worker_class, "CONCURRENCY_GROUPS", None)
-        self._remote_class = ray.remote(concurrency_groups=groups)(worker_class) if groups else ray.remote(worker_class)
+        remote = ray.remote(concurrency_groups=groups) if groups else ray.remote
+        self._remote_class = remote(worker_class)
+        self.standby = 0 if node_ids else standby
+        self._standby_class = remote(_standby_class(worker_class)) if self.standby else None
+        self._standby: list = []  # started standby processes, oldest first
+        self._constructing: dict[int, Any] = {}  # rank -> reference of ``construct`` in a standby process
         self.workers = [self._start(rank) for rank in range(num_workers)]
         # Wait until every rank has finished constructing (and subscribed to its channel keys), so the first
         # messages see all members; a constructor's exception, or a worker Ray cannot place, fails here.
@@ -160,16 +193,33 @@ class WorkerGroup:
         except WorkerStartError:
             self.kill()
             raise
+        self._refill_standby()
 
     def _start(self, rank: int, **overrides: Any):
+        kwargs = dict(group=self.name, rank=rank, world_size=self.world_size, **dict(self.worker_kwargs, **overrides))
+        if self._standby:
+            worker = self._standby.pop(0)
+            self._constructing[rank] = worker.construct.remote(**kwargs)
+            return worker
         options: dict[str, Any] = dict(num_cpus=self.cpus_per_worker, max_concurrency=1)
         if self.node_ids:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.node_ids[rank % len(self.node_ids)],
                                                                             soft=False)
-        return self._remote_class.options(**options).remote(group=self.name, rank=rank, world_size=self.world_size,
-                                                            **dict(self.worker_kwargs, **overrides))
+        return self._remote_class.options(**options).remote(**kwargs)
+
+    def wait_standby(self, timeout_s: float | None = None) -> None:
+        """Wait until the standby processes have prepared (e.g. before measuring something they would slow)."""
+        if self._standby:
+            ray.wait([worker.__ray_ready__.remote() for worker in self._standby], num_returns=len(self._standby),
+                     timeout=self.start_timeout_s if timeout_s is None else timeout_s)
+
+    def _refill_standby(self) -> None:
+        """Start standby processes up to ``standby`` (without waiting for them)."""
+        while len(self._standby) < self.standby:
+            self._standby.append(self._standby_class.options(num_cpus=0, max_concurrency=1).remote(
+                **self.worker_kwargs))
 
     def replace(self, rank: int, **overrides: Any):
         """Kill rank ``rank`` (if still alive) and start a new worker in its place, built with the group's keyword
@@ -178,6 +228,7 @@ class WorkerGroup:
         ray.kill(self.workers[rank], no_restart=True)
         self.workers[rank] = self._start(rank, **overrides)
         self._wait_started([rank])
+        self._refill_standby()
         return self.workers[rank]
 
     def resize(self, num_workers: int, cpus_per_new_worker: float | None = None, **overrides: Any) -> list[int]:
@@ -225,6 +276,7 @@ class WorkerGroup:
             self.abort_resize(growth)
             raise
         growth.done = True
+        self._refill_standby()
         return growth.added
 
     def abort_resize(self, growth: "Growth") -> None:
@@ -243,7 +295,7 @@ class WorkerGroup:
         ``start_timeout_s`` (a worker Ray cannot place waits for resources that never come)."""
         if not ranks:
             return
-        pings = {self.workers[rank].ping.remote(): rank for rank in ranks}
+        pings = {self._constructing.pop(rank, None) or self.workers[rank].ping.remote(): rank for rank in ranks}
         finished, pending = ray.wait(list(pings), num_returns=len(pings), timeout=self.start_timeout_s)
         for ref in finished:
             try:
@@ -274,6 +326,6 @@ class WorkerGroup:
         return ray.get(self.call(method, *args, **kwargs))
 
     def kill(self) -> None:
-        for worker in self.workers:
+        for worker in self.workers + self._standby:
             ray.kill(worker, no_restart=True)
-        self.workers = []
+        self.workers, self._standby = [], []

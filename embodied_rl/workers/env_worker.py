@@ -43,6 +43,16 @@ class EnvWorker(Worker):
 
     CONCURRENCY_GROUPS = {"heartbeat": 1}  # ``heartbeat`` answers while a round runs
 
+    @classmethod
+    def prepare_process(cls, task=None, env_options: dict | None = None, **worker_kwargs) -> None:
+        """A standby process (``WorkerGroup``'s ``standby``) imports the simulator ahead of need: it builds one env of
+        ``task`` on the CPU and closes it (no GPU touched before the rank's constructor picks its devices)."""
+        super().prepare_process(**worker_kwargs)
+        if task is not None:
+            options = dict(env_options or {}, backend="cpu")
+            options.pop("seed_stride", None)
+            sim_envs.make(task, 1, processes=False, seed=0, **options).close()
+
     def __init__(self, task: str | sim_envs.TaskEntry, envs_per_worker: int, env_options: dict, channel,
                  seed: int = 0, pipeline_stages: int = 1, group_size: int | None = None, total_envs: int = 0,
                  action_chunk: int = 1, incarnation: int = 0, answer_timeout_s: float = ANSWER_TIMEOUT_S,
