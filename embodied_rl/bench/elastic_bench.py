@@ -74,6 +74,8 @@ class ElasticLoop:
         out = {"resize_s": metrics["scale/resize_s"]}
         if env_workers > old:
             self.iteration()  # the new workers' first round (trained on like any other)
+            for group in (self.workers.env, self.workers.rollout):
+                group.wait_standby()  # the next standby processes, started after the resize, are ready
             new = ray.get(self.workers.env.workers[old].counters.remote())
             out["request_to_first_step_s"] = new["first_step_at"] - requested
             out["first_step_breakdown_s"] = {

@@ -244,3 +244,32 @@ def test_a_rollout_worker_dead_after_the_last_env_worker_returned_is_replaced_an
         assert workers.finish_update(workers.start_update())["train/env_steps_trained"] == 2 * 2 * 10
     finally:
         workers.shutdown()
+
+
+def test_a_stopped_rollout_worker_is_found_hung_and_replaced_and_the_env_workers_resend(cluster):
+    """SIGSTOP of the only rollout worker: the env workers wait for answers (not their fault, they are left alone);
+    the rollout worker answers no heartbeat, is killed and replaced, and the env workers resend their requests."""
+    config = load_train_config("maniskill_pushcube", None, [
+        "env.num_workers=2", "env.envs_per_worker=2", "env.max_episode_steps=50", "rollout.num_workers=1",
+        "rollout.steps_per_iteration=300", "algorithm.num_minibatches=2", "policy.hidden_sizes=[16]",
+        "fault.hang_timeout_s=10"])
+    workers = start_workers(config, cluster)
+    pid = ray.get(workers.rollout.workers[0].process_id.remote())
+    stopper = threading.Thread(target=kill_one_while_sampling, args=("RolloutWorker", [pid], [], 120, signal.SIGSTOP),
+                               daemon=True)
+    try:
+        stopper.start()
+        start = time.monotonic()
+        episodes = workers.sample(300)
+        took = time.monotonic() - start
+        stopper.join(timeout=5)
+        assert took < 60, f"the round took {took:.0f} s"
+        assert workers.faults["fault/rollout_workers_replaced"] == 1 and workers.faults["fault/hung_workers_killed"] == 1
+        assert workers.faults["fault/env_workers_replaced"] == 0 and workers.last_round.env_ranks == (0, 1)
+        assert len(episodes) == 2 * 2 * 6  # every env's 6 episodes of 50 steps: no env worker lost a step
+        assert gone(pid)
+        assert workers.finish_update(workers.start_update())["train/env_steps_trained"] == 2 * 2 * 300
+    finally:
+        if not gone(pid, 0):
+            os.kill(pid, signal.SIGKILL)
+        workers.shutdown()
