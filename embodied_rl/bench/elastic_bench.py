@@ -23,13 +23,15 @@ from __future__ import annotations
 import json
 import time
 
-import ray
-
 from embodied_rl.config import ConfigError, load_train_config
 from embodied_rl.runtime import Cluster
+from embodied_rl.runtime.deadlines import get_within
 from embodied_rl.workers.messages import TRAJECTORIES_KEY
 
 STANDBY_WORKERS = 1
+
+COUNTERS_TIMEOUT_S = 60.0
+"""Deadline of the bench's own reads of worker counters."""
 
 SETTINGS = ["rollout.num_workers=1", "policy.hidden_sizes=[64,64]", "algorithm.name=ppo", "algorithm.update_epochs=1",
             "algorithm.num_minibatches=2", "algorithm.target_kl=null"]
@@ -66,7 +68,8 @@ class ElasticLoop:
         leaving = self.workers.env.workers[env_workers:]
         if leaving:
             self.simulated_by_left_workers += sum(c["steps_simulated"] for c in
-                                                  ray.get([w.counters.remote() for w in leaving]))
+                                                  get_within([w.counters.remote() for w in leaving],
+                                                             COUNTERS_TIMEOUT_S, "the leaving env workers' counters"))
         old = len(self.workers.env)
         requested = time.time()
         metrics = self.workers.resize(env_workers, rollout_workers)
@@ -76,7 +79,8 @@ class ElasticLoop:
             self.iteration()  # the new workers' first round (trained on like any other)
             for group in (self.workers.env, self.workers.rollout):
                 group.wait_standby()  # the next standby processes, started after the resize, are ready
-            new = ray.get(self.workers.env.workers[old].counters.remote())
+            new = get_within(self.workers.env.workers[old].counters.remote(), COUNTERS_TIMEOUT_S,
+                             "the new env worker's counters")
             out["request_to_first_step_s"] = new["first_step_at"] - requested
             out["first_step_breakdown_s"] = {
                 "process_start": new["started_at"] - requested, "env_construction": new["envs_built_at"] -
@@ -86,9 +90,11 @@ class ElasticLoop:
 
     def totals(self) -> dict:
         simulated = self.simulated_by_left_workers + sum(
-            c["steps_simulated"] for c in ray.get(self.workers.env.call("counters")))
-        left_on_channel = ray.get(self.workers.actor.workers[0].__ray_call__.remote(
-            lambda actor: actor.channel.qsize(TRAJECTORIES_KEY)))
+            c["steps_simulated"] for c in get_within(self.workers.env.call("counters"), COUNTERS_TIMEOUT_S,
+                                                     "the env workers' counters"))
+        left_on_channel = get_within(self.workers.actor.workers[0].__ray_call__.remote(
+            lambda actor: actor.channel.qsize(TRAJECTORIES_KEY) + len(actor.held)), COUNTERS_TIMEOUT_S,
+            "the actor's queue")
         return {"transitions_simulated": simulated, "transitions_trained": self.trained,
                 "transitions_lost": max(simulated - self.trained, 0),
                 "transitions_duplicated": max(self.trained - simulated, 0) + left_on_channel}

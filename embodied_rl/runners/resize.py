@@ -51,9 +51,9 @@ class Resizing:
         as they were (a group already shrunk stays shrunk) and ready for the next round."""
         start = time.perf_counter()
         before = (len(self.env), len(self.rollout))
-        grow_env = env_workers is not None and env_workers != len(self.env)
-        grow_rollout = rollout_workers is not None and rollout_workers != len(self.rollout)
-        if grow_env:
+        change_env = env_workers is not None and env_workers != len(self.env)
+        change_rollout = rollout_workers is not None and rollout_workers != len(self.rollout)
+        if change_env:
             per_worker = int(self.env.worker_kwargs["envs_per_worker"])
             group_size = self.env.worker_kwargs.get("group_size")
             if group_size and env_workers * per_worker % group_size:
@@ -63,7 +63,7 @@ class Resizing:
         growths = {}
         try:
             layout = None
-            if grow_env:
+            if change_env:
                 for rank in range(env_workers, len(self.env)):
                     self.restarts.pop(("env", rank), None)
                     self.steps_seen.pop(rank, None)
@@ -71,16 +71,15 @@ class Resizing:
                 growths["env"] = self.env.begin_resize(env_workers, _new_worker_cpus(len(self.env), env_workers),
                                                        seed=seed, total_envs=total)
                 layout = self._start_env_layout(seed, total, ranks=range(min(before[0], env_workers)))
-            if grow_rollout:
+            if change_rollout:
                 for rank in range(rollout_workers, len(self.rollout)):
                     self.restarts.pop(("rollout", rank), None)
                 growths["rollout"] = self.rollout.begin_resize(
                     rollout_workers, _new_worker_cpus(len(self.rollout), rollout_workers))
-            if grow_env:
-                added = self.env.finish_resize(growths["env"])
-                self.steps_seen.update(dict.fromkeys(added, 0))
-                self._finish_env_layout(layout, added)
-            if grow_rollout:
+            if change_env:
+                self.steps_seen.update(dict.fromkeys(self.env.finish_resize(growths["env"]), 0))
+                self._finish_env_layout(layout)
+            if change_rollout:
                 added = self.rollout.finish_resize(growths["rollout"])
                 if added:
                     source = self._full_weights()
@@ -110,9 +109,11 @@ class Resizing:
                                "env worker 0's group progress") if group_size else None)
         return {"calls": self.env.call("relayout", seed, total, ranks=list(ranks)), "progress": progress}
 
-    def _finish_env_layout(self, layout: dict, added: list[int]) -> None:
+    def _finish_env_layout(self, layout: dict) -> None:
+        """Wait for ``_start_env_layout``'s calls; under GRPO, every member (new ones included) then continues the
+        groups' sequence of shared states."""
         get_within(layout["calls"], self.hang_timeout_s, "the env workers' new layout (relayout)")
-        if layout["progress"] is not None:  # every member, new ones included, continues the groups' sequence
+        if layout["progress"] is not None:
             get_within(self.env.call("set_group_progress", layout["progress"]), self.hang_timeout_s,
                        "the env workers' group progress")
 
@@ -133,7 +134,7 @@ class Resizing:
                 for rank in range(len(self.env), before[0]):
                     self.steps_seen.pop(rank, None)
                 seed, total = self._next_env_layout(len(self.env))
-                self._finish_env_layout(self._start_env_layout(seed, total, range(len(self.env))), [])
+                self._finish_env_layout(self._start_env_layout(seed, total, range(len(self.env))))
                 self.env.worker_kwargs.update(seed=seed, total_envs=total)
         except (WorkerStartError, DeadlineExceeded, ray.exceptions.RayError) as error:
             print(f"warning: rolling back a resize: {one_line(error)}; a dead or hung worker is replaced in the "

@@ -17,7 +17,10 @@ class WorkerStartError(RuntimeError):
 
 
 def one_line(error) -> str:
-    """``Type: first sentence`` of an error (Ray's errors run to paragraphs)."""
+    """``Type: first sentence`` of an error (Ray's errors run to paragraphs; a task's error is its cause's)."""
+    cause = getattr(error, "cause", None)
+    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(cause, BaseException):
+        error = cause
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text.split('. ')[0]}"[:300]
 
