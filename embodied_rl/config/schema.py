@@ -119,9 +119,11 @@ class AutoscaleConfig:
 @dataclass
 class FaultConfig:
     hang_timeout_s: float = 300.0
-    """A worker in a sampling round that neither answers its heartbeat nor makes progress (simulator steps, policy
-    answers) for this long is hung: it is killed and replaced like a dead one (``fault/env_workers_replaced``). Also
-    the deadline of short calls on workers (weights, counters) and of an env worker's channel puts and gets."""
+    """An env or rollout worker in a sampling round or evaluation that neither answers its heartbeat nor makes
+    progress (requests, simulator steps, answers) for this long is hung: it is killed and replaced like a dead one
+    (``fault/hung_workers_killed``). Keep it above the slowest single step (and an evaluation env's construction).
+    Also the deadline of short calls on workers (weights, counters), of an env worker's trajectory put and (twice
+    it) of its wait for an answer, and of the actor's wait for a round's trajectories."""
     start_timeout_s: float = 600.0
     """A worker (at start, as a replacement, or added by a resize) must finish constructing within this; else the
     start fails naming the group and the resources Ray had (a failed resize rolls back to the old sizes)."""
