@@ -160,8 +160,9 @@ class EmbodiedWorkers(Resizing, WeightSync):
             if seconds_ref not in done or counters_ref not in done:
                 continue
             try:
-                round_seconds, counters = ray.get([seconds_ref, counters_ref])
-            except ray.exceptions.RayError:
+                round_seconds, counters = get_within([seconds_ref, counters_ref], self.hang_timeout_s,
+                                                     f"env worker {rank}'s round counters")
+            except (ray.exceptions.RayError, DeadlineExceeded):
                 continue
             seconds.append(round_seconds)
             steps = int(counters["steps_simulated"])
@@ -325,9 +326,10 @@ class EmbodiedWorkers(Resizing, WeightSync):
                 self.faults["fault/hung_workers_killed"] += 1
             else:
                 try:
-                    counters.append(ray.get(future))
+                    counters.append(get_within(future, self.hang_timeout_s,
+                                               f"rollout worker {rank}'s serving counters"))
                     continue
-                except ray.exceptions.RayError:
+                except (ray.exceptions.RayError, DeadlineExceeded):
                     pass
             if replace:
                 self._replace_rollout(rank, future, hung)

@@ -19,7 +19,7 @@ in the broken collective (and are replaced too)."""
 def _died(future) -> bool:
     """Whether the finished call behind ``future`` failed because its worker died."""
     try:
-        ray.get(future)
+        get_within(future, BROADCAST_RECOVERY_S, "the result of a finished weight-sync call")
         return False
     except ray.exceptions.RayActorError:
         return True

@@ -32,6 +32,10 @@ TRANSPORTS = ("auto", "socket", "shared_memory")
 _CHANNEL_NUMBERS = itertools.count()
 
 
+DIRECTORY_TIMEOUT_S = 60.0
+"""How long a call on the channel directory (subscribe, unsubscribe, the readers of a key) may take."""
+
+
 class ChannelTimeout(TimeoutError):
     pass
 
@@ -136,13 +140,13 @@ class Channel:
             if load is None:
                 load = endpoints.own_loads[(self.name, key)] = ReaderLoad(endpoints.outbox.encoder.segment_prefix)
                 endpoints.inbox.queues.watch((self.name, key), load)
-            ray.get(self.directory.subscribe.remote(self.name, key, endpoints.inbox.address, load.path))
+            self._ask_directory("subscribe", key, endpoints.inbox.address, load.path)
             self._subscribed.add(key)
 
     def unsubscribe(self, key: str = "default") -> None:
         if key in self._subscribed:
             endpoints = self._endpoints
-            ray.get(self.directory.unsubscribe.remote(self.name, key, endpoints.inbox.address))
+            self._ask_directory("unsubscribe", key, endpoints.inbox.address)
             load = endpoints.own_loads.pop((self.name, key), None)
             if load is not None:
                 endpoints.inbox.queues.watch((self.name, key), None)
@@ -207,9 +211,18 @@ class Channel:
                                  f"({sent} did): {timeouts[0]}") from timeouts[0]
         return sent
 
+    def _ask_directory(self, method: str, key: str, *args):
+        """``method`` of the channel directory (the actor recording who reads which key), within
+        ``DIRECTORY_TIMEOUT_S``; ``ChannelTimeout`` names the call after that."""
+        try:
+            return ray.get(getattr(self.directory, method).remote(self.name, key, *args), timeout=DIRECTORY_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            raise ChannelTimeout(f"the channel directory did not answer {method} for key {key!r} on channel "
+                                 f"{self.name!r} within {DIRECTORY_TIMEOUT_S:g} s") from None
+
     def _drop_reader(self, endpoints: _ProcessEndpoints, key: str, address) -> None:
         endpoints.outbox.forget(address)
-        ray.get(self.directory.unsubscribe.remote(self.name, key, address))
+        self._ask_directory("unsubscribe", key, address)
         self._readers.pop(key, None)
 
     def _send(self, endpoints: _ProcessEndpoints, address, key: str, item, deadline: float, timeout: float) -> None:
@@ -234,7 +247,7 @@ class Channel:
     def _lookup_readers(self, key: str, timeout: float, deadline: float | None = None) -> list[tuple]:
         deadline = time.monotonic() + timeout if deadline is None else deadline
         while True:
-            readers = ray.get(self.directory.consumers.remote(self.name, key))
+            readers = self._ask_directory("consumers", key)
             if readers:
                 self._readers[key] = readers
                 self._round_robin.setdefault(key, itertools.count())

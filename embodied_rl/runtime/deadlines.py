@@ -85,8 +85,8 @@ class HeartbeatWatch:
             watched = self._watched[in_flight[ref]]
             watched["ref"] = None
             try:
-                beat = ray.get(ref)
-            except ray.exceptions.RayError:
+                beat = get_within(ref, self.timeout_s, "a heartbeat already answered")
+            except (ray.exceptions.RayError, DeadlineExceeded):
                 continue  # dead: its own call reports that
             watched["answered_at"], watched["waiting"] = now, bool(beat["waiting"])
             if beat["progress"] != watched["progress"]:

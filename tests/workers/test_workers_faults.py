@@ -170,6 +170,19 @@ def test_a_rollout_worker_dead_at_a_weight_broadcast_is_replaced_and_every_worke
         workers.shutdown()
 
 
+def stop_one_during_a_round(workers, worker_class: str, pid: int, steps: int) -> tuple[list, float]:
+    """SIGSTOP process ``pid`` (a ``worker_class`` worker) once the round of ``steps`` steps is under way; returns
+    the round's episodes and its seconds."""
+    stopper = threading.Thread(target=kill_one_while_sampling, args=(worker_class, [pid], [], 120, signal.SIGSTOP),
+                               daemon=True)
+    stopper.start()
+    start = time.monotonic()
+    episodes = workers.sample(steps)
+    took = time.monotonic() - start
+    stopper.join(timeout=5)
+    return episodes, took
+
+
 def test_a_stopped_env_worker_is_found_hung_and_replaced_within_the_hang_deadline(cluster):
     """SIGSTOP: the process lives (Ray sees nothing wrong) but neither steps nor answers its heartbeat."""
     config = load_train_config("maniskill_pushcube", None, [
@@ -177,14 +190,8 @@ def test_a_stopped_env_worker_is_found_hung_and_replaced_within_the_hang_deadlin
         "algorithm.num_minibatches=2", "policy.hidden_sizes=[16]", "fault.hang_timeout_s=10"])
     workers = start_workers(config, cluster)
     pid = ray.get(workers.env.workers[1].process_id.remote())
-    stopper = threading.Thread(target=kill_one_while_sampling, args=("EnvWorker", [pid], [], 120, signal.SIGSTOP),
-                               daemon=True)
     try:
-        stopper.start()
-        start = time.monotonic()
-        workers.sample(300)
-        took = time.monotonic() - start
-        stopper.join(timeout=5)
+        _, took = stop_one_during_a_round(workers, "EnvWorker", pid, 300)
         assert took < 60, f"the round took {took:.0f} s"
         assert workers.faults["fault/env_workers_replaced"] == 1 and workers.faults["fault/hung_workers_killed"] == 1
         assert workers.faults["fault/trajectories_lost"] == 1 and workers.last_round.env_ranks == (0,)
@@ -255,14 +262,8 @@ def test_a_stopped_rollout_worker_is_found_hung_and_replaced_and_the_env_workers
         "fault.hang_timeout_s=10"])
     workers = start_workers(config, cluster)
     pid = ray.get(workers.rollout.workers[0].process_id.remote())
-    stopper = threading.Thread(target=kill_one_while_sampling, args=("RolloutWorker", [pid], [], 120, signal.SIGSTOP),
-                               daemon=True)
     try:
-        stopper.start()
-        start = time.monotonic()
-        episodes = workers.sample(300)
-        took = time.monotonic() - start
-        stopper.join(timeout=5)
+        episodes, took = stop_one_during_a_round(workers, "RolloutWorker", pid, 300)
         assert took < 60, f"the round took {took:.0f} s"
         assert workers.faults["fault/rollout_workers_replaced"] == 1 and workers.faults["fault/hung_workers_killed"] == 1
         assert workers.faults["fault/env_workers_replaced"] == 0 and workers.last_round.env_ranks == (0, 1)
