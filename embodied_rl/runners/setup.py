@@ -358,6 +358,31 @@ def node_ids_for(config: TrainConfig, component: str) -> list[str] | None:
                           f"0-{len(alive) - 1}") from None
 
 
+def cpus_per_worker(counts: dict[str, int], pinned_to: dict[str, list[str] | None], node_cpus: dict[str, float],
+                    cluster_share: float = 1.0) -> float:
+    """Ray CPU slots each worker asks for: an even split of ``cluster_share`` of the cluster, lowered where
+    ``placement.nodes`` pins workers so that every node's pinned workers fit on it (an unpinned worker may land
+    on any node, so it counts against each). Rank ``r`` of a group pinned to ``[n0, n1, ...]`` goes to
+    ``n[r % len]``, as ``WorkerGroup`` places it.
+
+    ``counts``: workers per component; ``pinned_to``: component -> node ids or None; ``node_cpus``: node id ->
+    CPU slots. Asking for more than a node has leaves the worker unplaced until the start deadline.
+    """
+    share = sum(node_cpus.values()) * cluster_share / max(sum(counts.values()), 1)
+    per_node: dict[str, int] = {}
+    unpinned = 0
+    for component, count in counts.items():
+        nodes = pinned_to.get(component)
+        if not nodes:
+            unpinned += count
+            continue
+        for rank in range(count):
+            per_node[nodes[rank % len(nodes)]] = per_node.get(nodes[rank % len(nodes)], 0) + 1
+    for node, pinned in per_node.items():
+        share = min(share, node_cpus.get(node, 0.0) * cluster_share / (pinned + unpinned))
+    return max(share, 0.01)
+
+
 def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True,
                   env_seed_offset: int = 0, cluster_share: float = 1.0,
                   standby_workers: int | None = None) -> EmbodiedWorkers:
@@ -374,8 +399,9 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     # the env workers, which never ran its decorator (Ray pickles the entry, a __main__ factory by value).
     task = sim_envs.get_task(config.task)
     channel = Channel.create("embodied", cluster, transport=config.channel_transport)
-    num_workers = config.env.num_workers + config.rollout.num_workers + int(with_actor)
-    cpus = max(cluster.total_cpus() * cluster_share / num_workers, 0.01)
+    counts = {"env": config.env.num_workers, "rollout": config.rollout.num_workers, "actor": int(with_actor)}
+    cpus = cpus_per_worker(counts, {component: node_ids_for(config, component) for component in counts},
+                           cluster.node_cpus(), cluster_share)
     placement = resolve_placement(config)
     on_cpu = not slots_are_gpus(config)
     cores = lambda component: placement.slots[component] if on_cpu else None  # noqa: E731

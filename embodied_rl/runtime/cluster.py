@@ -79,6 +79,10 @@ class Cluster:
     def total_cpus(self) -> float:
         return float(ray.cluster_resources().get("CPU", 0.0))
 
+    def node_cpus(self) -> dict[str, float]:
+        """CPU slots of each alive node, by Ray node id."""
+        return {n["NodeID"]: float(n["Resources"].get("CPU", 0.0)) for n in ray.nodes() if n["Alive"]}
+
     def shutdown(self) -> None:
         global _ACTIVE
         if not self._started:
