@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("eval", help="evaluate a checkpoint")
     evaluate.add_argument("--checkpoint", required=True, help="checkpoint directory or run directory (latest)")
-    evaluate.add_argument("--episodes", type=int, default=64, help="episodes to run (default 64)")
+    evaluate.add_argument("--episodes", type=int, help="episodes to run, one from each initial state eval.seed, "
+                          "eval.seed + 1, ... (default: the checkpoint's eval.num_episodes)")
     evaluate.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--video", action="store_true", help="also film deterministic episodes into an mp4 "
@@ -66,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--video-episodes", type=int, help="episodes in the video grid (default 4; implies --video)")
     evaluate.add_argument("--video-dir", help="directory for the video (implies --video)")
     evaluate.add_argument("overrides", nargs="*", metavar="key=value",
-                          help="over the checkpoint's config, e.g. eval.deterministic=false "
-                               "policy.options.temperature=0.5 (sampled actions)")
+                          help="over the checkpoint's config, e.g. eval.max_episode_steps=50 (any time limit), "
+                               "eval.seed=9000 (another state set), eval.sampled=true (sampled actions too), "
+                               "eval.deterministic=false policy.options.temperature=0.5 (sampled only)")
 
     demos = commands.add_parser("demos", help="make demonstrations (ManiSkill trajectory .h5 + .json), cached")
     demos.add_argument("--task", required=True, help="a registered task (see `embodied-rl tasks`)")

@@ -17,12 +17,15 @@ DEFAULT_VIDEO_EPISODES = 4
 """Episodes filmed by ``eval --video`` (a 2 x 2 grid)."""
 
 
-def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_address: str | None = None,
+def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int | None = None, ray_address: str | None = None,
                         video_episodes: int = 0, video_dir: str | Path | None = None,
                         overrides: list[str] | None = None) -> dict:
-    """Episodes of a checkpoint's policy on its task: ``{"checkpoint": ..., "eval/...": ...}``; deterministic
-    actions unless ``overrides`` (``key=value`` over the checkpoint's own config, validated as for training) say
-    ``eval.deterministic=false`` (e.g. with ``policy.options.temperature=0.5``).
+    """Episodes of a checkpoint's policy on its task: ``{"checkpoint": ..., "eval/...": ...}``, one from each state
+    of the checkpoint's evaluation set (``eval.seed``; ``episodes`` of them, default ``eval.num_episodes``), the set
+    its run evaluated on. Deterministic actions unless ``overrides`` (``key=value`` over the checkpoint's own
+    config; the training algorithm's rules do not apply) say ``eval.deterministic=false`` (e.g. with
+    ``policy.options.temperature=0.5``); any time limit with ``eval.max_episode_steps`` (or
+    ``env.max_episode_steps``).
 
     With ``video_episodes`` > 0, that many more are filmed into ``eval_<checkpoint name>.mp4`` beside the
     checkpoint (or in ``video_dir``), whose path is ``"video"`` in the result.
@@ -31,12 +34,12 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_add
     this is called from the script (or after importing the module) that registers it.
     """
     import sim_envs
-    from embodied_rl.runners.embodied import episode_metrics
+    from embodied_rl.runners.evaluation import evaluate_policy
     from embodied_rl.runners.eval_video import record_video
     from embodied_rl.runners.setup import start_workers
     from embodied_rl.runtime import Cluster
 
-    if episodes < 1:
+    if episodes is not None and episodes < 1:
         raise ConfigError(f"--episodes={episodes} is out of range; allowed: an integer >= 1")
     if video_episodes < 0:
         raise ConfigError(f"--video-episodes={video_episodes} is out of range; allowed: an integer >= 0 (0: none)")
@@ -48,7 +51,7 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_add
     try:
         sim_envs.get_task(config.task)
         if overrides:
-            config = load_train_config(config.task, str(checkpoint.path / CONFIG_FILE), overrides)
+            config = load_train_config(config.task, str(checkpoint.path / CONFIG_FILE), overrides, purpose="eval")
     except sim_envs.TaskConfigError as error:
         raise ConfigError(f"--checkpoint {checkpoint.path} was trained on task {config.task!r}, which is not "
                           f"registered here (a task you registered yourself: evaluate from the Python script "
@@ -61,8 +64,8 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_add
         try:
             version = int(checkpoint.counters.get("iteration", 0))
             workers.install_weights(ray.put((checkpoint.weights, version)))
-            results = episode_metrics(workers.evaluate(episodes, config.eval.deterministic), "eval")
-            results["eval/deterministic"] = config.eval.deterministic
+            config.eval.num_episodes = episodes or config.eval.num_episodes
+            results = evaluate_policy(workers, config.eval)
             if video_episodes:
                 directory = Path(video_dir) if video_dir else checkpoint.path.parent
                 video = record_video(workers, video_episodes, directory / f"eval_{checkpoint.path.name}.mp4")
@@ -72,7 +75,7 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int = 64, ray_add
     return {"checkpoint": str(checkpoint.path), **results}
 
 
-def run_eval(checkpoint_path: str, episodes: int, ray_address: str | None, as_json: bool, video: bool = False,
+def run_eval(checkpoint_path: str, episodes: int | None, ray_address: str | None, as_json: bool, video: bool = False,
              video_episodes: int | None = None, video_dir: str | None = None,
              overrides: list[str] | None = None) -> int:
     if video or video_episodes is not None or video_dir:

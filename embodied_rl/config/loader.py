@@ -63,12 +63,13 @@ def _load_yaml(path: Path):
 
 
 def load_train_config(task: str | None = None, config_file: str | None = None,
-                      overrides: list[str] | None = None, stage: dict | None = None) -> TrainConfig:
+                      overrides: list[str] | None = None, stage: dict | None = None,
+                      purpose: str = "train") -> TrainConfig:
     """Resolve a run's configuration; every problem becomes a ``ConfigError`` naming the key.
 
     ``stage``: one entry of a recipe's ``stages`` (see ``embodied_rl.config.stages``), merged over the recipe and
     the user's file (a stage's own keys are the more specific), under the command line; the file's and the command
-    line's algorithm keys then apply only where the stage's algorithm has them.
+    line's algorithm keys then apply only where the stage's algorithm has them. ``purpose``: see ``validate``.
     """
     overrides = list(overrides or [])
     for item in overrides:
@@ -105,7 +106,7 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
                                            recipe=recipe_algorithm)
     else:
         config.algorithm = typed_algorithm([user_algorithm, cli_algorithm], recipe=recipe_algorithm)
-    validate(config)
+    validate(config, purpose)
     return config
 
 

@@ -77,10 +77,20 @@ class EvalConfig:
     every_iterations: int = 20
     """Evaluate every this many iterations (0: only at the end)."""
     num_episodes: int = 64
-    """Episodes per evaluation (full length)."""
+    """Episodes per evaluation (full length), one from each initial state ``seed, seed + 1, ...``."""
+    seed: int = 10_000_000
+    """First initial state (ManiSkill reset seed) of the evaluation set: every evaluation of a run (and of any run
+    or checkpoint with the same ``seed`` and ``num_episodes``) starts from the same states, however many env
+    workers share them. Far from the training envs' seeds (``seed + env index + k * total envs``)."""
+    max_episode_steps: Optional[int] = None
+    """Time limit of evaluation episodes; None: the training envs' (``env.max_episode_steps``, else the task's own).
+    A run that trains at a longer limit can so report success at the task's standard one."""
     deterministic: bool = True
     """Evaluate the policy's most likely actions (argmax tokens, the mean Gaussian, Pi0's ODE from zero noise);
     False: actions sampled as in training (at the policy's own temperature or noise level)."""
+    sampled: bool = False
+    """With ``deterministic``: also run the same states with sampled actions (metrics ``eval_sampled/...``), the
+    policy RL actually trains."""
     video_episodes: int = 0
     """Episodes filmed into videos/eval_iter_N.mp4 (a grid of 128 px tiles) at the final evaluation; 0: none.
     Slow on CPU (lavapipe): the first frame of a process compiles the render pipelines (~25 s), then ~0.04 s a frame
@@ -198,8 +208,11 @@ def _require(condition: bool, key: str, value, allowed: str) -> None:
         raise ConfigError(f"{key}={value!r} is out of range; allowed: {allowed}")
 
 
-def validate(config: TrainConfig) -> None:
-    """Range checks that types alone cannot express. Raises ConfigError naming the key."""
+def validate(config: TrainConfig, purpose: str = "train") -> None:
+    """Range checks that types alone cannot express. Raises ConfigError naming the key.
+
+    ``purpose="eval"``: the config only runs a policy (``embodied-rl eval``), so the training algorithm's rules
+    (batch sizes, chunks that divide the rollout, lock-step groups) are not applied."""
     c = config
     _require(c.total_env_steps >= 1, "total_env_steps", c.total_env_steps, "an integer >= 1")
     _require(c.channel_transport in ("auto", "socket", "shared_memory"), "channel_transport",
@@ -222,7 +235,11 @@ def validate(config: TrainConfig) -> None:
              "an integer >= 1")
     _require(len(c.policy.hidden_sizes) >= 1 and all(h >= 1 for h in c.policy.hidden_sizes),
              "policy.hidden_sizes", list(c.policy.hidden_sizes), "a non-empty list of positive integers")
-    _validate_algorithm(c)
+    if purpose == "train":
+        _validate_algorithm(c)
+    _require(c.eval.max_episode_steps is None or c.eval.max_episode_steps >= 1, "eval.max_episode_steps",
+             c.eval.max_episode_steps, "null or an integer >= 1")
+    _require(c.eval.seed >= 0, "eval.seed", c.eval.seed, "an integer >= 0")
     _require(c.eval.every_iterations >= 0, "eval.every_iterations", c.eval.every_iterations, "an integer >= 0")
     _require(c.eval.num_episodes >= 1, "eval.num_episodes", c.eval.num_episodes, "an integer >= 1")
     _require(c.eval.video_episodes >= 0, "eval.video_episodes", c.eval.video_episodes, "an integer >= 0")

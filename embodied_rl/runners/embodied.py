@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import ray
 
 from embodied_rl.algorithms.embodied import ALGORITHMS
@@ -24,6 +23,7 @@ from embodied_rl.config.schema import TrainConfig
 from embodied_rl.runners.autoscale import Autoscaler, Limits, env_step, wait_shares
 from embodied_rl.runners.demonstrations import load_sft_demonstrations
 from embodied_rl.runners.eval_video import record_eval_video
+from embodied_rl.runners.evaluation import episode_metrics, evaluate_policy
 from embodied_rl.runners.scale_requests import take_scale_request
 from embodied_rl.runners.setup import ScaleError, ScaleRolledBack, start_workers
 from embodied_rl.runners.turns import PhaseTurns
@@ -40,16 +40,6 @@ BEST_CHECKPOINT_DIR = "best_checkpoint"
 
 INTERRUPT_CHECKPOINT_TIMEOUT_S = 120.0
 """How long an interrupted run waits for the actor (busy finishing an update) to hand over its state."""
-
-
-def episode_metrics(episodes: list[dict], prefix: str) -> dict:
-    """Mean return, length, success_once and success_at_end over finished episodes, namespaced by ``prefix``."""
-    if not episodes:
-        return {}
-    out = {f"{prefix}/episodes": len(episodes)}
-    for key in ("episode_return", "episode_length", "success_once", "success_at_end"):
-        out[f"{prefix}/{key}"] = float(np.mean([e[key] for e in episodes]))
-    return out
 
 
 class EmbodiedRunner:
@@ -323,7 +313,7 @@ class EmbodiedRunner:
         if finished or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
             t4 = time.perf_counter()
             with turns.sampling("evaluate"):
-                self.last_eval = episode_metrics(workers.evaluate(c.eval.num_episodes, c.eval.deterministic), "eval")
+                self.last_eval = evaluate_policy(workers, c.eval)
                 self.last_eval["time/eval_s"] = time.perf_counter() - t4
                 metrics.update(record_eval_video(workers, c.eval, self.run_dir, self.iteration, finished))
             metrics.update(self.last_eval)

@@ -170,10 +170,13 @@ class EmbodiedWorkers(Resizing, WeightSync):
             self.steps_seen[rank] = steps
         self.last_env_seconds = seconds
 
-    def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[dict]:
-        """Full-length episodes with deterministic (or sampled) actions, ``num_episodes`` split over the env
-        workers (fewer when one dies meanwhile)."""
-        return self._served("evaluate", -(-num_episodes // len(self.env)), deterministic)[0]
+    def evaluate(self, state_ids: list[int], deterministic: bool = True,
+                 max_episode_steps: int | None = None) -> list[dict]:
+        """One full-length episode from each initial state of ``state_ids`` (split over the env workers) with
+        deterministic (or sampled) actions, ordered by state; the states of an env worker that dies meanwhile are
+        missing. ``max_episode_steps``: the episodes' time limit (None: the training envs')."""
+        episodes = self._served("evaluate", list(state_ids), len(self.env), deterministic, max_episode_steps)[0]
+        return sorted(episodes, key=lambda e: e["state_id"])
 
     def _served(self, env_method: str, *arguments) -> tuple[list[dict], list[int]]:
         """Run ``env_method`` on every env worker while the rollout workers serve; returns the finished episodes

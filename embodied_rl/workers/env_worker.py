@@ -32,7 +32,7 @@ PUT_TIMEOUT_S = 300.0
 class EnvWorker(Worker):
     """Steps ``envs_per_worker`` envs of ``task``; env i of rank r (global index g = r * k + i) starts from seed
     ``seed + g`` and its later episodes take ``seed + g + j * N`` (N = ``total_envs``): no two envs of the run
-    ever share an initial state. Evaluation envs do the same from ``10_000_000 + seed + g``.
+    ever share an initial state. Evaluations start from the initial states the driver names (``evaluate``).
 
     With ``pipeline_stages`` S > 1 the envs form S groups: while a rollout worker computes actions for one
     group, this worker steps the next, so simulation and inference overlap.
@@ -74,9 +74,8 @@ class EnvWorker(Worker):
                        for n, o in zip(sizes, offsets)]
         self.stage_obs = [env.reset() for env in self.stages]
         self.envs_built_at = time.time()
-        self.eval_env = None
+        self.eval_envs: dict[int | None, object] = {}  # evaluation envs by time limit (None: the training envs')
         self.seconds = {"simulating_s": 0.0, "waiting_for_actions_s": 0.0}  # of the round so far: pop_seconds
-        self.eval_seed = 10_000_000 + first
         # Grouped resets (GRPO): env g of all ``total_envs`` (g = rank * envs_per_worker + i) belongs to group
         # g // group_size; every episode of a group starts from one shared initial state.
         self.group_size = group_size
@@ -185,10 +184,6 @@ class EnvWorker(Worker):
         self.env_options["seed_stride"] = total_envs
         self.seed = seed
         self.num_groups = total_envs // self.group_size if self.group_size else 0
-        self.eval_seed = 10_000_000 + first
-        if self.eval_env is not None:  # built with the old seed stride
-            self.eval_env.close()
-            self.eval_env = None
 
     def snapshot(self) -> dict | None:
         """Where this worker stands between rounds, in plain lists (a checkpoint's ``env_state.json``): every
@@ -197,7 +192,7 @@ class EnvWorker(Worker):
         if not all(hasattr(env, "snapshot") for env in self.stages):
             return None
         return {"layout": self._layout(), "stages": [env.snapshot() for env in self.stages],
-                "seed": self.seed, "group_episodes": list(self.group_episodes), "eval_seed": self.eval_seed,
+                "seed": self.seed, "group_episodes": list(self.group_episodes),
                 "sequence": self.sequence, "sample_requests": dict(self.sample_requests),
                 "steps_simulated": self.steps_simulated}
 
@@ -214,7 +209,6 @@ class EnvWorker(Worker):
         self.stage_obs = [env.restore(s) for env, s in zip(self.stages, state["stages"])]
         self.seed = int(state["seed"])
         self.group_episodes = [int(e) for e in state["group_episodes"]]
-        self.eval_seed = int(state["eval_seed"])
         self.sequence = int(state["sequence"])
         # Checkpoints from before evaluations had their own stream counted every request as training's.
         self.sample_requests = {k: int(v) for k, v in state.get("sample_requests",
@@ -292,26 +286,41 @@ class EnvWorker(Worker):
         self.waiting_on_peer = False
         return episodes
 
-    def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[dict]:
-        """Run ``num_episodes`` full-length episodes with deterministic (or sampled) actions."""
-        if self.eval_env is None:
-            options = dict(self.env_options, ignore_terminations=True)
-            self.eval_env = sim_envs.make(self.task, self.num_envs, processes=False, seed=self.eval_seed, **options)
+    def evaluate(self, state_ids: list[int], num_workers: int = 1, deterministic: bool = True,
+                 max_episode_steps: int | None = None) -> list[dict]:
+        """One episode from each initial state of this worker's share of ``state_ids`` (every ``num_workers``-th,
+        from its rank on), run to the time limit (``max_episode_steps``; None: the training envs' limit) with
+        deterministic (or sampled) actions. Each result carries its ``state_id``: the set of states, and so a
+        deterministic evaluation's result, does not depend on how many workers or envs share it.
+
+        The envs take the states ``envs_per_worker`` at a time; in a last, partial batch the spare envs repeat a
+        state and are not counted."""
+        env = self._eval_env(max_episode_steps)
         self.channel.refresh()  # rollout workers may have joined or left since the last round
-        obs = self.eval_env.reset(seed=self.eval_seed)
-        self.eval_seed += 7919 * self.num_envs
+        mine = [int(i) for i in state_ids[self.rank::num_workers]]
         finished: list[dict] = []
-        quota = np.full(self.num_envs, num_episodes // self.num_envs)
-        quota[: num_episodes % self.num_envs] += 1
-        while (quota > 0).any():
-            self._request(0, obs, None, deterministic=deterministic, purpose="eval")
-            batch, ended = step_decision(self.eval_env, self._response(0).actions)
-            for i, stats in ended:
-                if quota[i] > 0:
-                    finished.append(stats)
-                    quota[i] -= 1
-            obs = batch.obs
+        for start in range(0, len(mine), self.num_envs):
+            ids = mine[start:start + self.num_envs]
+            obs = env.reset(state_ids=ids + [ids[-1]] * (self.num_envs - len(ids)))
+            results: dict[int, dict] = {}
+            while len(results) < len(ids):
+                self._request(0, obs, None, deterministic=deterministic, purpose="eval")
+                batch, ended = step_decision(env, self._response(0).actions)
+                for i, stats in ended:
+                    if i < len(ids) and i not in results:
+                        results[i] = dict(stats, state_id=ids[i])
+                obs = batch.obs
+            finished.extend(results[i] for i in range(len(ids)))
         return finished
+
+    def _eval_env(self, max_episode_steps: int | None):
+        if max_episode_steps not in self.eval_envs:
+            options = dict(self.env_options, ignore_terminations=True)
+            if max_episode_steps is not None:
+                options["max_episode_steps"] = max_episode_steps
+            self.eval_envs[max_episode_steps] = sim_envs.make(self.task, self.num_envs, processes=False, seed=0,
+                                                              **options)
+        return self.eval_envs[max_episode_steps]
 
     def record_video(self, num_episodes: int, size: int = 128) -> dict:
         """Film ``num_episodes`` deterministic full-length episodes on a separate env that renders ``size`` px
@@ -329,6 +338,6 @@ class EnvWorker(Worker):
     def close(self) -> None:
         for env in self.stages:
             env.close()
-        if self.eval_env is not None:
-            self.eval_env.close()
+        for env in self.eval_envs.values():
+            env.close()
 

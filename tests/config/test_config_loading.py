@@ -60,3 +60,19 @@ def test_policy_options_are_loaded_from_overrides():
     config = load_train_config("maniskill_pickcube", None, ["policy.name=transformer", "policy.options.token_size=2",
                                                             "policy.options.num_layers=1"])
     assert config.policy.options == {"token_size": 2, "num_layers": 1}
+
+
+GROUPED_CHUNKS = ["algorithm.name=grpo", "algorithm.group_size=2", "env.num_workers=1", "env.envs_per_worker=2",
+                  "policy.options.action_chunk=8", "env.max_episode_steps=96", "rollout.steps_per_iteration=96"]
+
+
+def test_evaluation_configs_skip_the_training_algorithms_rules():
+    """A GRPO checkpoint with 8-step chunks evaluates at ManiSkill's 50-step limit; training there is refused
+    (grouped episodes run whole chunks in lock-step)."""
+    with pytest.raises(ConfigError, match="action_chunk=8 is out of range"):
+        load_train_config("maniskill_pushcube", None, [*GROUPED_CHUNKS, "env.max_episode_steps=50"])
+    config = load_train_config("maniskill_pushcube", None, [*GROUPED_CHUNKS, "env.max_episode_steps=50"],
+                               purpose="eval")
+    assert config.env.max_episode_steps == 50
+    with pytest.raises(ConfigError, match="eval.max_episode_steps=0 is out of range"):  # eval's own rules still hold
+        load_train_config("maniskill_pushcube", None, [*GROUPED_CHUNKS, "eval.max_episode_steps=0"], purpose="eval")

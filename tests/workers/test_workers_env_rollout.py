@@ -41,11 +41,27 @@ def test_trajectories_have_the_documented_shapes_and_bootstrap_truncations(worke
     assert len(episodes) == 8 and all(e["episode_length"] == 4 for e in episodes)
 
 
-def test_evaluation_runs_the_requested_number_of_full_length_episodes(workers):
-    episodes = workers.evaluate(6)
-    assert len(episodes) == 6  # 3 per env worker
+def test_evaluation_runs_one_full_length_episode_per_named_state(workers):
+    """7 states over 2 workers x 2 envs: each worker takes every other state, its last batch is partial."""
+    ray.get(workers.rollout.call("load_weights", _weights(workers.policy_spec, version=3)))
+    episodes = workers.evaluate(list(range(100, 107)))
+    assert [e["state_id"] for e in episodes] == list(range(100, 107))
     assert all(e["episode_length"] == 4 for e in episodes)
     assert all(set(e) >= {"success_once", "success_at_end", "episode_return"} for e in episodes)
+    # A state's episode depends on the state, not on the worker or env that ran it (deterministic actions; the
+    # policy's batch differs, so returns agree up to float rounding).
+    alone = workers.evaluate([105, 103])
+    by_state = {e["state_id"]: e["episode_return"] for e in episodes}
+    assert [e["state_id"] for e in alone] == [103, 105]
+    assert [e["episode_return"] for e in alone] == pytest.approx([by_state[103], by_state[105]], abs=1e-5)
+    assert len(set(by_state.values())) == len(by_state)  # and different states do differ
+
+
+def test_evaluation_runs_at_any_time_limit(workers):
+    ray.get(workers.rollout.call("load_weights", _weights(workers.policy_spec, version=3)))
+    episodes = workers.evaluate([7, 8, 9], max_episode_steps=6)
+    assert [e["episode_length"] for e in episodes] == [6, 6, 6]
+    assert [e["episode_length"] for e in workers.evaluate([7])] == [4]  # the envs' own limit again
 
 
 def _weights(spec, version):
