@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "OUT/<task>/<source>-<control_mode>-<obs>-<N>-seed<S>/")
     demos.add_argument("--keep-failures", action="store_true", help="keep episodes that do not end in success")
     demos.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
+    demos.add_argument("--planner-speed", type=float, help="joint velocity and acceleration limits of the motion "
+                       "planner in rad/s (default ManiSkill's 0.9; faster plans make shorter demos)")
 
     scale = commands.add_parser("scale", help="resize the env and rollout workers of a live run")
     scale.add_argument("run_dir", help="the run directory (of a staged recipe: its newest stage's is used)")
@@ -166,7 +168,7 @@ def dispatch(args) -> int:
         from embodied_rl.commands.demos import run_demos
 
         return run_demos(args.task, args.episodes, args.source, args.obs, args.control_mode, args.out,
-                         args.keep_failures, args.seed)
+                         args.keep_failures, args.seed, args.planner_speed)
     if args.command == "scale":
         from embodied_rl.commands.scale import run_scale
 

@@ -26,7 +26,7 @@ def parse_observations(text: str) -> tuple[str, ...]:
 
 
 def run_demos(task: str, episodes: int, source_words: list[str] | None, obs: str, control_mode: str | None,
-              out: str | None, keep_failures: bool, seed: int) -> int:
+              out: str | None, keep_failures: bool, seed: int, planner_speed: float | None = None) -> int:
     from embodied_rl.demos.cache import ensure_demos
     from embodied_rl.demos.generate import DemoRequest, resolve_request
     from embodied_rl.utils.progress import CountProgress
@@ -34,7 +34,7 @@ def run_demos(task: str, episodes: int, source_words: list[str] | None, obs: str
     source, checkpoint = parse_source(source_words)
     request = DemoRequest(task=task, episodes=episodes, source=source, checkpoint=checkpoint,
                           observations=parse_observations(obs), control_mode=control_mode, seed=seed,
-                          keep_failures=keep_failures)
+                          keep_failures=keep_failures, planner_speed=planner_speed)
     resolved = resolve_request(request)
     label = (f"{resolved.env_id} {source.replace('_', ' ')} -> {resolved.obs_mode}, {resolved.control_mode}")
     progress = CountProgress(episodes, f"demos {resolved.env_id}", "demos")

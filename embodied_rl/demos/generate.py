@@ -40,6 +40,9 @@ class DemoRequest:
     seed: int = 0
     keep_failures: bool = False
     image_size: int = 64
+    planner_speed: float | None = None
+    """Joint velocity and acceleration limits of the motion planner (rad/s, rad/s^2); None: ManiSkill's (0.9).
+    Faster plans make shorter demonstrations (PickCube: ~52 steps at 2.0 against ~75)."""
 
 
 @dataclass
@@ -96,6 +99,8 @@ class ResolvedRequest:
         name = f"{source}-{self.control_mode}-{self.obs_mode}-{r.episodes}-seed{r.seed}"
         if r.image_size != 64 and "rgb" in self.obs_mode:
             name += f"-{r.image_size}px"
+        if r.planner_speed is not None and self.policy is None:
+            name += f"-speed{r.planner_speed:g}"
         return name + ("-with-failures" if r.keep_failures else "")
 
     def describe(self) -> dict:
@@ -105,7 +110,7 @@ class ResolvedRequest:
                     checkpoint_digest=None if self.policy is None else self.policy.digest,
                     episodes=r.episodes, seed=r.seed, obs=list(r.observations), obs_mode=self.obs_mode,
                     control_mode=self.control_mode, source_control_mode=self.source_control_mode,
-                    keep_failures=r.keep_failures, image_size=r.image_size)
+                    keep_failures=r.keep_failures, image_size=r.image_size, planner_speed=r.planner_speed)
 
 
 def resolve_request(request: DemoRequest) -> ResolvedRequest:
@@ -118,6 +123,11 @@ def resolve_request(request: DemoRequest) -> ResolvedRequest:
         raise ConfigError(f"--episodes={request.episodes} is out of range; allowed: an integer >= 1")
     if request.source not in SOURCES:
         raise ConfigError(f"--source={request.source!r} is not supported; allowed: motion_planning, checkpoint PATH")
+    if request.planner_speed is not None and not 0 < request.planner_speed <= 10:
+        raise ConfigError(f"planner_speed={request.planner_speed} is out of range; allowed: null (ManiSkill's "
+                          "0.9) or joint limits in (0, 10] rad/s")
+    if request.planner_speed is not None and request.source != "motion_planning":
+        raise ConfigError(f"planner_speed={request.planner_speed} applies to --source motion_planning only")
     if request.image_size < 1:
         raise ConfigError(f"image_size={request.image_size} is out of range; allowed: an integer >= 1")
     try:
@@ -217,7 +227,9 @@ def _open_source(resolved: ResolvedRequest, directory: Path, stem: str):
     from sim_envs.maniskill.motion_planning import MotionPlanningRecorder
 
     if resolved.policy is None:
-        return MotionPlanningRecorder(resolved.env_id, directory, stem)
+        speed = resolved.request.planner_speed
+        return MotionPlanningRecorder(resolved.env_id, directory, stem,
+                                      **({} if speed is None else {"speed": speed}))
     policy = resolved.policy
     options = ManiSkillOptions(obs_mode="state", control_mode=policy.control_mode, reward_mode=policy.reward_mode,
                                max_episode_steps=policy.max_episode_steps)

@@ -23,7 +23,8 @@ def demonstrations_path(config: TrainConfig) -> Path:
     observations = (config.env.obs_mode,)  # what the training env observes: the state vector, or images + proprio
     resolved = resolve_request(DemoRequest(config.task, a.demo_episodes, source=a.demo_source,
                                            observations=observations, control_mode=config.env.control_mode,
-                                           seed=config.seed, image_size=config.env.image_size))
+                                           seed=config.seed, image_size=config.env.image_size,
+                                           planner_speed=a.demo_planner_speed))
     from embodied_rl.utils.progress import CountProgress
 
     progress = CountProgress(a.demo_episodes, f"demos {resolved.env_id}", "demos")

@@ -70,3 +70,18 @@ def test_our_conversion_matches_maniskills_replay_tool(planned, tmp_path):
         for trajectory in ("traj_0", "traj_1"):
             np.testing.assert_array_equal(ours_file[trajectory]["actions"][:], theirs_file[trajectory]["actions"][:])
             np.testing.assert_array_equal(ours_file[trajectory]["obs"][:], theirs_file[trajectory]["obs"][:])
+
+
+def test_a_faster_planner_makes_shorter_episodes_that_still_succeed(tmp_path):
+    """PickCube seeds 0-2: ~75 steps at ManiSkill's joint limits (0.9 rad/s), ~50 at 2.0; the solution's own
+    planner class is put back afterwards."""
+    from mani_skill.examples.motionplanning.panda import solutions
+    from mani_skill.examples.motionplanning.panda.motionplanner import PandaArmMotionPlanningSolver
+
+    lengths = {}
+    for speed in (0.9, 2.0):
+        attempts = record_planned_episodes("PickCube-v1", 3, tmp_path / str(speed), speed=speed, max_attempts=3)
+        assert all(a.success for a in attempts)
+        lengths[speed] = np.mean([a.steps for a in attempts])
+    assert lengths[2.0] < 0.8 * lengths[0.9]
+    assert solutions.pick_cube.PandaArmMotionPlanningSolver is PandaArmMotionPlanningSolver
