@@ -56,6 +56,21 @@ def test_advantages_are_per_group_and_broadcast_to_every_trained_step():
     assert samples["advantages"] == pytest.approx(torch.tensor([a, -a, -a, a, a, -a, -a]), abs=1e-4)
 
 
+def test_episode_weighting_gives_every_episode_the_same_weight():
+    """The batch of the test above: 4 episodes with 1, 2, 2, 2 trained steps (7 in all). Per episode, each step's
+    advantage is scaled by 7 / (4 * steps of its episode), so the loss's mean over steps is a mean over episodes:
+    env 0's single step counts as much as env 1's two."""
+    algorithm = GRPO(GRPOConfig(group_size=2, step_weighting="episode"))
+    samples, _ = algorithm.prepare([algorithm.select(_batch({(0, 0): 0, (0, 2): 1}))[0]])
+    a = 0.5 / 0.5 ** 0.5
+    one, two = 7 / 4, 7 / 8
+    assert samples["advantages"] == pytest.approx(
+        torch.tensor([a * one, -a * two, -a * two, a * two, a * two, -a * two, -a * two]), abs=1e-4)
+    # Per-episode sums of |weight|: equal for every episode, and the weights average to 1 over the steps.
+    assert samples["advantages"].abs().sum() == pytest.approx(7 * a, abs=1e-4)
+    assert ("step_weighting", "token", "step, episode") in list(GRPOConfig(step_weighting="token").problems())
+
+
 def test_filtered_groups_ask_for_more_rounds_and_refill_up_to_one_round():
     algorithm = GRPO(GRPOConfig(group_size=2, max_sampling_rounds=3))
     first, _ = algorithm.select(_batch({(0, 0): 0}))  # 1 of 4 groups informative

@@ -20,6 +20,7 @@ from embodied_rl.algorithms.filters import dynamic_sampling_mask
 from embodied_rl.algorithms.losses import KL_KINDS, kl_penalty
 
 SCORES = ("success", "return", "return_to_go")
+STEP_WEIGHTINGS = ("step", "episode")
 
 
 @dataclass
@@ -45,6 +46,11 @@ class GRPOConfig(UpdateConfig):
     """At most this many sampling rounds per update while filling the batch with informative groups."""
     mask_after_success: bool = True
     """Train only on the steps up to an episode's first success (ManiSkill would have ended it there)."""
+    step_weighting: str = "step"
+    """How trained steps are averaged into the loss: 'step' (every step weighs the same, as token-mean in LLM
+    GRPO: a failure trained over the whole episode outweighs a success cut at its early first success) or
+    'episode' (every episode weighs the same, its steps sharing its weight: the mean over an episode's steps, then
+    over episodes, as seq-mean-token-mean)."""
     kl_coef: float = 0.0
     """Weight of the KL penalty to a frozen copy of the initial policy (0: none)."""
     kl_kind: str = "k3"
@@ -58,6 +64,8 @@ class GRPOConfig(UpdateConfig):
             yield "group_size", self.group_size, "an integer >= 2"
         if self.score not in SCORES:
             yield "score", self.score, ", ".join(SCORES)
+        if self.step_weighting not in STEP_WEIGHTINGS:
+            yield "step_weighting", self.step_weighting, ", ".join(STEP_WEIGHTINGS)
         if not 0 < self.clip_low < 1:
             yield "clip_low", self.clip_low, "0 < clip_low < 1"
         if not self.clip_high > 0:
@@ -103,6 +111,15 @@ def success_scores(success: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scores = success.any(dim=1).float()
     after_first = torch.cumsum(success.long(), dim=1) - success.long() > 0
     return scores, ~after_first
+
+
+def episode_step_weights(valid: torch.Tensor) -> torch.Tensor:
+    """valid ``[E, L]`` bool -> weights ``[E, L]``: ``N / (E * n_e)`` on episode e's ``n_e`` valid steps (N of them
+    in all), 0 elsewhere, so that the mean over the N valid steps of ``w * x`` is the mean over episodes of each
+    episode's mean ``x`` (episodes without a valid step get none)."""
+    counts = valid.sum(dim=1, keepdim=True).to(torch.float32)
+    episodes = (counts > 0).sum().clamp(min=1)
+    return torch.where(valid, valid.sum() / (episodes * counts.clamp(min=1)), torch.zeros((), dtype=torch.float32))
 
 
 def step_advantages(step_scores: torch.Tensor, group_size: int, normalize_std: bool = True) -> torch.Tensor:
@@ -166,8 +183,11 @@ class GRPO(Algorithm):
             advantages = step_advantages(cat("step_scores"), c.group_size, c.normalize_std)
         else:
             advantages = grpo_advantages(scores, c.group_size, normalize_std=c.normalize_std)[:, None].expand_as(valid)
+        weighted = advantages
+        if c.step_weighting == "episode":  # w >= 0 scales the clipped loss of its step: w max(-r A, -clip(r) A)
+            weighted = advantages * episode_step_weights(valid)
         samples = dict(obs=select_rows(cat("obs"), valid), actions=cat("actions")[valid], old_logp=cat("logp")[valid],
-                       advantages=advantages[valid])
+                       advantages=weighted[valid])
         metrics = {"train/advantage_abs_mean": advantages.abs().mean().item(),
                    "train/groups_trained": len(scores) // c.group_size, "train/steps_trained": int(valid.sum())}
         return samples, metrics
