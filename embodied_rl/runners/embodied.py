@@ -28,6 +28,7 @@ from embodied_rl.runners.scale_requests import take_scale_request
 from embodied_rl.runners.setup import ScaleError, ScaleRolledBack, start_workers
 from embodied_rl.runners.turns import PhaseTurns
 from embodied_rl.runtime import Cluster
+from embodied_rl.runtime.deadlines import DeadlineExceeded, get_within
 from embodied_rl.runtime.device_lock import DeviceLock
 from embodied_rl.utils.atomic import write_text_atomic
 from embodied_rl.utils.checkpoint import Checkpoint, load_checkpoint, save_checkpoint, sweep_checkpoint_leftovers
@@ -366,6 +367,18 @@ class EmbodiedRunner:
         else:
             print(f"{reason}; stop checkpoint written: {path}", file=sys.stderr, flush=True)
 
+    def _env_snapshots(self, workers, timeout: float | None) -> list | None:
+        """Every env worker's ``snapshot`` for a clean checkpoint; None (a checkpoint without env states, whose
+        resume starts fresh episodes) when one died or hung since its round: the next round replaces it."""
+        try:
+            return get_within(workers.env.call("snapshot"), timeout or self.config.fault.hang_timeout_s,
+                              "the env workers' snapshots")
+        except (ray.exceptions.RayActorError, DeadlineExceeded) as error:
+            print(f"warning: checkpoint of iteration {self.iteration} without env states (a resume from it starts "
+                  f"fresh episodes): {type(error).__name__}: {str(error).strip().splitlines()[0]}",
+                  file=sys.stderr, flush=True)
+            return None
+
     def save(self, workers, directory: Path | None = None, keep_last: int | None = None,
              interrupted: bool = False, timeout: float | None = None, reason: str = "interrupt") -> Path:
         """Checkpoint into ``directory`` (default ``run_dir/checkpoints``); ``timeout``: seconds to wait for the
@@ -380,7 +393,7 @@ class EmbodiedRunner:
             counters["interrupted"] = True  # env workers may be mid-round: their states are not saved
             counters["stop_reason"] = reason
         elif not self.supervised:
-            env_state = ray.get(workers.env.call("snapshot"), timeout=timeout)
+            env_state = self._env_snapshots(workers, timeout)
         return save_checkpoint(directory or self.run_dir / "checkpoints", self.iteration, state["weights"],
                                state["trainer_state"], counters, to_yaml(self.config),
                                keep_last or self.config.checkpoint.keep_last,

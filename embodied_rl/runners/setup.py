@@ -183,8 +183,11 @@ class EmbodiedWorkers(Resizing, WeightSync):
         and the ranks of env workers that died or hung (each already replaced).
 
         Every worker of the round is watched (``HeartbeatWatch``): one that neither answers its heartbeat nor
-        progresses for ``hang_timeout_s`` is killed, and then replaced like a dead one."""
+        progresses for ``hang_timeout_s`` is killed, and then replaced like a dead one. The actor is probed at
+        every poll: its death ends the round at once (``RayActorError``; the env workers' trajectories could only
+        wait for it until their put deadline), and the run with it."""
         watch = HeartbeatWatch(self.hang_timeout_s)
+        probe = None  # a call on the actor: it fails as soon as the actor dies
         serving = dict(enumerate(self.rollout.call("serve")))
         env_calls = dict(enumerate(self.env.call(env_method, *arguments)))
         for group, calls in ((self.rollout, serving), (self.env, env_calls)):
@@ -196,8 +199,16 @@ class EmbodiedWorkers(Resizing, WeightSync):
             while env_calls:
                 waiting = {**{f: ("env", r) for r, f in env_calls.items()},
                            **{f: ("rollout", r) for r, f in serving.items()}}
+                if probe is not None:
+                    waiting[probe] = ("actor", 0)
                 ready, _ = ray.wait(list(waiting), num_returns=1, timeout=watch.wait_s())
+                if ready and waiting[ready[0]][0] == "actor":
+                    ray.get(probe)  # raises when the actor died
+                    probe = None
+                    ready = []
                 if watch.due():
+                    if probe is None and self.actor is not None:
+                        probe = self.actor.workers[0].__ray_ready__.remote()
                     for (group, rank), reason in watch.poll():
                         print(f"{group} worker {rank} is hung ({reason}; fault.hang_timeout_s="
                               f"{self.hang_timeout_s:g}); killing it", file=sys.stderr, flush=True)

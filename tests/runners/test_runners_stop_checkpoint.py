@@ -132,7 +132,11 @@ def test_retries_resume_after_the_actor_process_dies_and_finish_exactly(straight
     run_dir = tmp_path / "run"
     process = _train(run_dir, "--retries", "1")
     _kill_when(run_dir / "checkpoints" / "iter_000002", process, "ActorWorker")
+    killed_at = time.time()
     stderr = _finish(process)
+    # The driver probes the actor while the env workers sample: its death is noticed at once, not when an env
+    # worker's trajectory put gives up (fault.hang_timeout_s, 300 s); the retry then needs ~30 s.
+    assert time.time() - killed_at < 240
     failure = [line for line in stderr.splitlines() if line.startswith("failure: ")]
     assert len(failure) == 1 and "no checkpoint written" in failure[0]  # the actor is gone: nothing to save
     retry = [line for line in stderr.splitlines() if line.startswith("retry ")]
