@@ -45,8 +45,8 @@ class InstructedEnv:
     def reset(self, *args, **kwargs) -> Observation:
         return with_instruction(self.wrapped.reset(*args, **kwargs), self.instruction)
 
-    def step(self, actions: np.ndarray, observe: bool = True) -> StepBatch:
-        batch = self.wrapped.step(actions, observe=observe)
+    def step(self, actions: np.ndarray, observe: bool = True, **hold) -> StepBatch:
+        batch = self.wrapped.step(actions, observe=observe, **hold)  # hold: ``active`` where the env holds envs
         obs = with_instruction(batch.obs, self.instruction)
         final_obs = obs if batch.final_obs is batch.obs else with_instruction(batch.final_obs, self.instruction)
         return dataclasses.replace(batch, obs=obs, final_obs=final_obs)

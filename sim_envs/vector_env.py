@@ -102,9 +102,10 @@ class EpisodeTracker:
         self.lengths = np.zeros(num_envs, np.int64)
         self.success_once = np.zeros(num_envs, bool)
 
-    def record(self, rewards: np.ndarray, success: np.ndarray) -> None:
+    def record(self, rewards: np.ndarray, success: np.ndarray, active: np.ndarray | None = None) -> None:
+        """One step of every env (of the ``active`` ones: the others did not step)."""
         self.returns += rewards
-        self.lengths += 1
+        self.lengths += 1 if active is None else active.astype(np.int64)
         self.success_once |= success
 
     def end(self, done: np.ndarray, success: np.ndarray) -> EpisodeStats:

@@ -22,8 +22,10 @@ def step_decision(env, actions: np.ndarray) -> tuple[StepBatch, list[tuple[int, 
     Returns the decision's StepBatch and the episodes that ended during it. For a chunk, rewards are summed and
     success / terminated / truncated OR-ed over an env's steps up to the end of its episode; ``final_obs`` holds the
     last observation of an episode that ended inside the chunk; ``obs`` is the observation after the chunk. An env
-    whose episode ends inside a chunk runs the chunk's remaining actions in its next episode (their rewards are not
-    counted); with lock-step episodes whose length is a multiple of K (GRPO) this never happens.
+    whose episode ends inside a chunk is held for the chunk's remaining steps (envs with ``holds_envs``: the
+    in-process CPU envs), so its next episode starts at the next decision, from its first observation; envs that
+    cannot hold one env of a batch (GPU-simulated, subprocess envs) run the remaining actions in the next episode
+    (their rewards are not counted). With lock-step episodes whose length is a multiple of K this never arises.
     """
     if actions.ndim == 2:
         batch = env.step(actions)
@@ -37,7 +39,8 @@ def step_decision(env, actions: np.ndarray) -> tuple[StepBatch, list[tuple[int, 
     batch = None
     for k in range(actions.shape[1]):
         # Only the observation after the chunk is looked at: steps inside it may skip rendering cameras.
-        batch = env.step(actions[:, k], observe=k == actions.shape[1] - 1)
+        hold = {"active": ~ended} if ended.any() and getattr(env, "holds_envs", False) else {}
+        batch = env.step(actions[:, k], observe=k == actions.shape[1] - 1, **hold)
         live = ~ended
         rewards[live] += batch.rewards[live]
         terminated |= batch.terminated & live

@@ -12,6 +12,9 @@ from sim_envs.vector_env import EpisodeTracker, StepBatch, copy_obs, set_obs_row
 class InProcessManiSkillEnvs:
     """``num_envs`` single-scene CPU envs in this process, behind the ``VectorEnv`` interface."""
 
+    holds_envs = True
+    """``step(..., active=mask)`` leaves the envs outside ``mask`` as they are (see ``step``)."""
+
     def __init__(self, env_id: str, num_envs: int, options: ManiSkillOptions):
         self.env_id = env_id
         self.num_envs = num_envs
@@ -22,6 +25,7 @@ class InProcessManiSkillEnvs:
         self.tracker = EpisodeTracker(num_envs)
         self.seed_stride = options.seed_stride or num_envs
         self._episode_seeds = [options.seed + i for i in range(num_envs)]
+        self._rows: list = [None] * num_envs  # each env's current observation (what a held env shows)
 
     def reset(self, seed: int | None = None, state_ids: list[int] | None = None):
         if state_ids is not None and len(state_ids) != self.num_envs:
@@ -32,6 +36,7 @@ class InProcessManiSkillEnvs:
         obs = [self.envs[i].reset(seed=int(seeds[i])) for i in range(self.num_envs)]
         self._advance_seeds()
         self.tracker.reset_all()
+        self._rows = list(obs)
         return _stack_rows(obs)
 
     def reseed(self, seed: int, stride: int | None = None) -> None:
@@ -62,6 +67,7 @@ class InProcessManiSkillEnvs:
         self.tracker.returns[:] = np.asarray(state["returns"], np.float32)
         self.tracker.lengths[:] = np.asarray(state["lengths"], np.int64)
         self.tracker.success_once[:] = np.asarray(state["success_once"], bool)
+        self._rows = list(obs)
         return _stack_rows(obs)
 
     def _advance_seeds(self) -> None:
@@ -69,9 +75,10 @@ class InProcessManiSkillEnvs:
         # to the total env count, from other workers' envs).
         self._episode_seeds = [s + self.seed_stride for s in self._episode_seeds]
 
-    def step(self, actions: np.ndarray, observe: bool = True) -> StepBatch:
+    def step(self, actions: np.ndarray, observe: bool = True, active: np.ndarray | None = None) -> StepBatch:
         """See ``VectorEnv.step``; with ``observe=False`` camera envs skip rendering (the first observation of an
-        episode started by the autoreset is always rendered)."""
+        episode started by the autoreset is always rendered). ``active`` ``[N]`` bool: only those envs step; the
+        others are held (their observation as it was, reward 0, no end, no step counted)."""
         n = self.num_envs
         stride = self.seed_stride
         rewards = np.zeros(n, np.float32)
@@ -80,13 +87,17 @@ class InProcessManiSkillEnvs:
         success = np.zeros(n, bool)
         next_obs, final_rows = [], {}
         for i, env in enumerate(self.envs):
+            if active is not None and not active[i]:
+                next_obs.append(self._rows[i])
+                continue
             obs, rewards[i], terminated[i], truncated[i], success[i] = env.step(actions[i], observe=observe)
             if terminated[i] or truncated[i]:
                 final_rows[i] = obs
                 obs = env.reset(seed=self._episode_seeds[i])
                 self._episode_seeds[i] += stride
             next_obs.append(obs)
-        self.tracker.record(rewards, success)
+            self._rows[i] = obs
+        self.tracker.record(rewards, success, active)
         done = terminated | truncated
         episodes = self.tracker.end(done, success)
         obs = _stack_rows(next_obs)

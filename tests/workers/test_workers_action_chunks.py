@@ -1,5 +1,6 @@
 """An action chunk runs open loop for K simulator steps: rewards summed to the episode's end, ends and final
-observations kept, compared with the same actions stepped one at a time on a twin env."""
+observations kept, the rest of a chunk not run into the next episode, compared with the same actions stepped one
+at a time on a twin env."""
 
 import numpy as np
 
@@ -23,9 +24,14 @@ def test_a_chunk_equals_its_steps_one_by_one_up_to_the_episode_end():
         np.testing.assert_allclose(second.rewards, singles[4].rewards + singles[5].rewards, rtol=1e-5)
         assert second.truncated.all()
         np.testing.assert_allclose(second.final_obs, singles[5].final_obs, rtol=1e-5)
-        np.testing.assert_allclose(second.obs, singles[7].obs, rtol=1e-5)  # after the chunk, in the next episode
+        # The rest of the chunk is not run into the next episode: the env is held at its first observation (the
+        # twin's after its step 6, which autoreset), and the next decision starts there.
+        np.testing.assert_allclose(second.obs, singles[5].obs, rtol=1e-5)
+        assert not np.allclose(second.obs, singles[7].obs, rtol=1e-3)
         assert sorted(i for i, _ in ended_second) == [0, 1]
         assert all(stats["episode_length"] == 6 for _, stats in ended_second)
+        step_decision(chunked, actions[1])  # the next episode counts only the steps it took
+        assert chunked.tracker.lengths.tolist() == [4, 4]
     finally:
         chunked.close(), twin.close()
 
