@@ -5,6 +5,8 @@ import pytest
 from conftest import run_cli
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it): a bench end to end.
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_bench_env_prints_one_json_object_with_both_loops_and_their_ratio(tmp_path):
     result = run_cli("bench", "env", "--task", "maniskill_pushcube", "--env-workers", "2", "--steps", "30",

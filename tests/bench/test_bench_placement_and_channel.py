@@ -13,6 +13,9 @@ def _one_json_line(result) -> dict:
     return json.loads(lines[0])
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it): the placement modes themselves are tested in
+# test_runners_collocated_turns.
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_bench_placement_reports_every_mode_with_ratios_and_time_shares(tmp_path):
     # the transformer policy here; the full-loop test below runs the MLP

@@ -96,6 +96,9 @@ STAGED = {"stages": [
 ]}
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it): staged resume and --retries are each tested in
+# the default run.
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_retries_of_a_staged_recipe_continue_its_unfinished_stage(tmp_path):
     """The actor process is SIGKILLed in the second stage: the retry skips the finished stage and resumes the

@@ -12,6 +12,9 @@ QUICK = ["total_env_steps=100", "env.envs_per_worker=2", "eval.num_episodes=2", 
          "algorithm.num_minibatches=2"]
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it): user-registered tasks in env workers are
+# tested in test_commands_user_tasks.
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_custom_task_example_trains_and_evaluates_in_env_workers(tmp_path):
     process = TrackedProcess([sys.executable, str(REPO / "examples" / "custom_task.py"), *QUICK,

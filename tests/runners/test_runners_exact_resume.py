@@ -5,6 +5,7 @@ import json
 import shutil
 
 import numpy as np
+import pytest
 
 from embodied_rl.config import load_train_config
 from embodied_rl.runners.embodied import EmbodiedRunner
@@ -24,6 +25,9 @@ def learning_rows(run_dir) -> list[dict]:
     return [{k: v for k, v in row.items() if k.split("/")[0] in ("train", "eval")} for row in rows]
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it): bit-exact resume is tested in the default run
+# by test_runners_stop_checkpoint and test_runners_eval_independence.
+@pytest.mark.heavy
 def test_a_resumed_run_continues_bit_for_bit(cluster, tmp_path):
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     EmbodiedRunner(load_train_config("maniskill_pushcube", None, TINY), whole).run()

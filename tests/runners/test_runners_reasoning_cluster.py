@@ -5,6 +5,7 @@ import json
 import time
 
 import psutil
+import pytest
 import ray
 
 from tests_helpers import TrackedProcess
@@ -24,6 +25,9 @@ def _names(pids: set[int]) -> set[str]:
     return names
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it): joining a cluster is tested in
+# test_runners_multi_node.
+@pytest.mark.heavy
 def test_a_reasoning_run_joins_an_existing_ray_cluster(tmp_path, cluster):
     address = ray.get_runtime_context().gcs_address
     process = TrackedProcess(["train", "--task", "math_arith", "--run-dir", str(tmp_path / "run"),
