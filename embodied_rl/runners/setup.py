@@ -203,7 +203,7 @@ class EmbodiedWorkers(Resizing, WeightSync):
                     waiting[probe] = ("actor", 0)
                 ready, _ = ray.wait(list(waiting), num_returns=1, timeout=watch.wait_s())
                 if ready and waiting[ready[0]][0] == "actor":
-                    ray.get(probe)  # raises when the actor died
+                    get_within(probe, self.hang_timeout_s, "the actor's liveness probe")  # raises if it died
                     probe = None
                     ready = []
                 if watch.due():
