@@ -271,6 +271,8 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
                               f"the actor {sorted(placement.slots['actor'])}; allowed: placement.components with "
                               f"disjoint slots, e.g. {{'env,rollout': '0', 'actor': '1'}}")
     _validate_policy(c)
+    if purpose == "train":
+        _validate_policy_for_algorithm(c)
 
 
 def _validate_autoscale(c: TrainConfig) -> None:
@@ -331,6 +333,37 @@ def _validate_policy(c: TrainConfig) -> None:
         takers = [name for name in POLICIES.names() if c.env.obs_mode in observation_modes(name)]
         raise ConfigError(f"env.obs_mode={c.env.obs_mode!r} needs a policy that takes it ({', '.join(takers)}); "
                           f"policy.name={c.policy.name!r} takes obs_mode={', '.join(modes)}")
+
+
+def _validate_policy_for_algorithm(c: TrainConfig) -> None:
+    """Off-policy learners need a policy with Q critics and reparameterised draws; the others need ``evaluate``
+    (and RL ones its values) or ``supervised_loss``."""
+    from embodied_rl.algorithms.embodied import ALGORITHMS
+    from embodied_rl.models import POLICIES
+
+    algorithm = ALGORITHMS.get(c.algorithm.name)
+    policy = POLICIES.get(c.policy.name)
+    if algorithm.supervised:
+        fits = hasattr(policy, "supervised_loss")
+        needs = "supervised_loss"
+    elif algorithm.off_policy:
+        fits = hasattr(policy, "q_values") and hasattr(policy, "sample")
+        needs = "Q critics (q_values, sample)"
+    else:
+        fits = hasattr(policy, "evaluate")
+        needs = "evaluate (log-probs of stored actions)"
+    if not fits:
+        takers = [name for name in POLICIES.names() if
+                  (hasattr(POLICIES.get(name), "supervised_loss") if algorithm.supervised else
+                   hasattr(POLICIES.get(name), "q_values") if algorithm.off_policy else
+                   hasattr(POLICIES.get(name), "evaluate"))]
+        raise ConfigError(f"policy.name={c.policy.name!r} does not fit algorithm.name={c.algorithm.name!r}, which "
+                          f"needs a policy with {needs}; allowed: {', '.join(takers)}")
+    q_subsample = getattr(c.algorithm, "q_subsample", None)
+    num_q = int(c.policy.options.get("num_q", 2))
+    if q_subsample is not None and q_subsample > num_q:
+        raise ConfigError(f"algorithm.q_subsample={q_subsample} is out of range; allowed: at most the policy's "
+                          f"critics (policy.options.num_q={num_q})")
 
 
 def slots_are_gpus(config: TrainConfig) -> bool:

@@ -64,7 +64,9 @@ def load_stages(task: str | None = None, config_file: str | None = None,
     recipe, else one named 'train'."""
     overrides = list(overrides or [])
     common, algorithm, per_stage = _split_overrides(overrides)
-    base = load_train_config(task, config_file, common)
+    # Without the command line's algorithm keys the base may pair a policy with an algorithm it does not fit
+    # (policy.name=mlp_sac algorithm.name=sac): the algorithm's rules are checked on each run's own config below.
+    base = load_train_config(task, config_file, common, purpose="eval")
     if not base.stages:
         single = load_train_config(task, config_file, overrides)
         return single, [Stage("train", single)]

@@ -62,3 +62,35 @@ def _with_task_instruction(obs: dict, task: str) -> dict:
 
     instruction = sim_envs.get_task(task).instruction
     return obs if instruction is None else with_instruction(obs, instruction)
+
+
+def load_demo_transitions(config: TrainConfig) -> dict:
+    """Demonstrations as off-policy transitions (``replay.TRANSITION_KEYS``, numpy) for RLPD, one per decision:
+    obs ``[N, D]``, actions ``[N, K * A]`` (K steps of the chunk), rewards ``[N]`` (summed over the chunk), next_obs
+    ``[N, D]`` (K steps later), bootstrap ``[N]`` (0 where the chunk reaches success under
+    ``bootstrap_at='truncation'``, else 1). Decisions whose next observation lies past the recorded episode are
+    left out. Rewards are the ones recorded with the demos (``normalized_dense``, the training envs' default)."""
+    import numpy as np
+
+    from embodied_rl.demos.dataset import load_demos
+    from embodied_rl.runners.setup import action_chunk
+
+    if config.env.obs_mode != "state":
+        raise ConfigError(f"algorithm.name={config.algorithm.name!r} learns from state demonstrations; "
+                          f"env.obs_mode={config.env.obs_mode!r} is not supported with it (allowed: state)")
+    data = load_demos(demonstrations_path(config))
+    if data.rewards is None or data.success is None:
+        raise ConfigError(f"algorithm.demo_path={config.algorithm.demo_path!r}: its demonstrations carry no "
+                          "rewards or success flags; off-policy learners need both")
+    chunk = action_chunk(config)
+    actions = data.actions if chunk == 1 else data.action_chunks(chunk)[0]
+    lengths = data.episode_lengths
+    keep = data.step_index + chunk <= lengths[data.episode_index] - 1  # the next observation is recorded
+    rows = np.flatnonzero(keep)
+    window = rows[:, None] + np.arange(chunk)[None]
+    rewards = data.rewards[window].sum(axis=1)
+    reached_success = data.success[window].any(axis=1)
+    bootstrap = np.ones(len(rows), np.float32) if config.algorithm.bootstrap_at == "always" \
+        else (~reached_success).astype(np.float32)
+    return {"obs": data.obs[rows], "actions": actions[rows].reshape(len(rows), -1),
+            "rewards": rewards.astype(np.float32), "next_obs": data.obs[rows + chunk], "bootstrap": bootstrap}

@@ -21,7 +21,7 @@ from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.schema import TrainConfig
 from embodied_rl.runners.autoscale import Autoscaler, Limits, env_step, wait_shares
-from embodied_rl.runners.demonstrations import load_sft_demonstrations
+from embodied_rl.runners.demonstrations import load_demo_transitions, load_sft_demonstrations
 from embodied_rl.runners.eval_video import record_eval_video
 from embodied_rl.runners.evaluation import episode_metrics, evaluate_policy
 from embodied_rl.runners.scale_requests import take_scale_request
@@ -103,6 +103,8 @@ class EmbodiedRunner:
                                                    None))
                     if self.supervised:
                         ray.get(workers.actor.call("load_demonstrations", load_sft_demonstrations(c)))
+                    elif ALGORITHMS.get(c.algorithm.name).uses_demonstrations:
+                        ray.get(workers.actor.call("load_demo_transitions", load_demo_transitions(c)))
                     turns.publish_weights()
                 try:
                     if self.supervised:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import ray
 
 import sim_envs
+from embodied_rl.algorithms.embodied import ALGORITHMS
 from embodied_rl.config.schema import TrainConfig, resolve_placement, slots_are_gpus
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
 from embodied_rl.runtime.channel import ChannelTimeout
@@ -431,6 +432,7 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
                       group_size=config.algorithm.group_size if grouped(config) else None,
                       total_envs=config.env.num_workers * config.env.envs_per_worker,
                       action_chunk=action_chunk(config), seeded_sampling=config.deterministic,
+                      store_next_obs=ALGORITHMS.get(config.algorithm.name).off_policy,
                       node_ids=node_ids_for(config, "env"))
     obs_shape, action_shape = get_within([env.workers[0].observation_shape.remote(),
                                           env.workers[0].action_shape.remote()], fault.hang_timeout_s,

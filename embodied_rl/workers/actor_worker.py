@@ -48,6 +48,10 @@ class ActorWorker(Worker):
         self.policy = build_policy(**policy).to(self.device)
         self.algorithm = ALGORITHMS.get(algorithm.name)(algorithm)
         self.optimizer = torch.optim.Adam(self._parameter_groups(), lr=algorithm.lr, eps=1e-5)
+        if self.algorithm.off_policy:
+            # Its replay buffer, target critics and optimizers live in the algorithm, on this device (the
+            # offloader moves only the policy and ``optimizer``: off-policy learners keep theirs in place).
+            self.algorithm.bind(self.policy, self.device)
         self.channel = channel
         self.channel.subscribe(TRAJECTORIES_KEY)
         self.policy_version = 0
@@ -57,6 +61,7 @@ class ActorWorker(Worker):
         self.reference = None  # frozen copy of the initial policy, for algorithms with a KL to it
         self.demonstrations: dict | None = None
         self.supervised_steps = 0  # gradient steps of SFT so far (its learning-rate schedule)
+        self.weights_loaded = False  # weights came from a checkpoint (their observation statistics with them)
 
     def _parameter_groups(self) -> list[dict]:
         """The critic's parameters (names starting with ``critic``) in a group of their own, so an algorithm may
@@ -119,6 +124,8 @@ class ActorWorker(Worker):
                               "success")}
         batch["obs"] = self._tensor(concat_obs([c.obs for c in chunks], axis=1))
         batch["next_value"] = self._tensor(np.concatenate([c.next_value for c in chunks]))
+        if all(c.next_obs is not None for c in chunks):
+            batch["next_obs"] = self._tensor(concat_obs([c.next_obs for c in chunks], axis=1))
         selected, metrics = self.algorithm.select(batch)
         metrics["train/transitions"] = int(batch["rewards"].numel())  # decisions taken from the channel [T x B]
         self.pending.append(selected)
@@ -133,12 +140,15 @@ class ActorWorker(Worker):
         self.env_steps_trained += self.pending_env_steps
         self.pending_env_steps = 0
         counted["train/env_steps_trained"] = self.env_steps_trained
-        self._set_learning_rate(progress)
-        metrics.update(self._optimize(samples))
+        if self.algorithm.off_policy:
+            metrics.update(self.algorithm.train(samples, self.generator, self.algorithm.learning_rate(progress)))
+        else:
+            self._set_learning_rate(progress)
+            metrics.update(self._optimize(samples))
         staleness = self.policy_version - min(int(c.policy_versions.min()) for c in chunks)
         self.policy_version += 1
         metrics.update({"train/needs_more": 0, "train/policy_version": self.policy_version,
-                        "train/learning_rate": self.optimizer.param_groups[0]["lr"],
+                        "train/learning_rate": self.algorithm.learning_rate(progress),
                         "train/policy_staleness": staleness, "time/update_s": time.perf_counter() - start,
                         "time/update_started_at": started_at, "time/update_ended_at": time.time(), **counted})
         return metrics
@@ -260,6 +270,14 @@ class ActorWorker(Worker):
         logp, _, _ = self.reference.evaluate(obs, actions)
         return logp
 
+    def load_demo_transitions(self, arrays: dict) -> int:
+        """Demonstration transitions for an off-policy learner that mixes them into its batches (RLPD): arrays of
+        ``replay.TRANSITION_KEYS``; a policy not yet trained or loaded normalises its observations by theirs.
+        Returns their number."""
+        if not self.weights_loaded and hasattr(self.policy, "set_observation_normalization"):
+            self.policy.set_observation_normalization(arrays["obs"])
+        return self.algorithm.add_demonstrations({k: self._tensor(v) for k, v in arrays.items()})
+
     # --- supervised fine-tuning -----------------------------------------------------------------------------
     def load_demonstrations(self, arrays: dict) -> int:
         """Keep demonstration arrays for ``sft_update``: obs ``[N, ...]`` (array or dict), actions ``[N, A]`` (or
@@ -316,6 +334,9 @@ class ActorWorker(Worker):
         # Loading replaces optimizer state, which onload could then not find: load only while onloaded.
         self._require_onloaded("load training state")
         load_numpy_weights(self.policy, weights)
+        self.weights_loaded = True
+        if self.algorithm.off_policy:
+            self.algorithm.reset_targets()  # a trainer state below brings its own
         if trainer_state is not None:
             # On the host first: a checkpoint written on a GPU resumes on a CPU-only machine (and vice versa).
             state = read_trainer_state(trainer_state)

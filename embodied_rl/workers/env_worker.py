@@ -56,7 +56,8 @@ class EnvWorker(Worker):
     def __init__(self, task: str | sim_envs.TaskEntry, envs_per_worker: int, env_options: dict, channel,
                  seed: int = 0, pipeline_stages: int = 1, group_size: int | None = None, total_envs: int = 0,
                  action_chunk: int = 1, incarnation: int = 0, answer_timeout_s: float = ANSWER_TIMEOUT_S,
-                 seeded_sampling: bool = False, put_timeout_s: float = PUT_TIMEOUT_S, **kwargs):
+                 seeded_sampling: bool = False, put_timeout_s: float = PUT_TIMEOUT_S, store_next_obs: bool = False,
+                 **kwargs):
         self.started_at = time.time()  # the process runs this constructor (start-up breakdown: ``counters``)
         super().__init__(**kwargs)
         if not 1 <= pipeline_stages <= envs_per_worker:
@@ -64,6 +65,7 @@ class EnvWorker(Worker):
                              f"{envs_per_worker}")
         self.task = task
         self.action_chunk = action_chunk  # simulator steps per policy decision
+        self.store_next_obs = store_next_obs  # trajectories carry next_obs (off-policy learners)
         self.channel = channel
         self.num_envs = envs_per_worker
         self.env_options = dict(env_options, seed_stride=max(total_envs, envs_per_worker))
@@ -246,7 +248,8 @@ class EnvWorker(Worker):
         if self.group_size:
             self.stage_obs = [self._reset_group_stage(s) for s in stages]
         chunk = (self.action_chunk,) if self.action_chunk > 1 else ()
-        buffers = [TrajectoryBuffer(T, self.stage_obs[s], (*chunk, *self.action_shape())) for s in stages]
+        buffers = [TrajectoryBuffer(T, self.stage_obs[s], (*chunk, *self.action_shape()), self.store_next_obs)
+                   for s in stages]
         pending = [None] * len(self.stages)  # (step, env indices) whose final-observation values come next
         episodes: list[dict] = []
         for s in stages:

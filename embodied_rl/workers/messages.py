@@ -75,6 +75,8 @@ class Trajectory:
     next_value ``[b]`` (V of the observation after step T), policy_versions ``[T]`` int64
     (the version that chose each step's actions), env_rank (the producer), sampling_round (the driver's number of
     the round that produced it; None outside a run's rounds): the actor trains a round only on its own trajectories.
+    next_obs (only from env workers started with ``store_next_obs``, for off-policy learners): like obs, the
+    observation after step t (the episode's last observation where it ended at step t).
     """
 
     obs: np.ndarray
@@ -90,3 +92,4 @@ class Trajectory:
     policy_versions: np.ndarray
     env_rank: int
     sampling_round: int | None = None
+    next_obs: object | None = None

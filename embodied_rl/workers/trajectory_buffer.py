@@ -34,9 +34,10 @@ def concat_obs(parts: list, axis: int):
 class TrajectoryBuffer:
     """``T`` steps of ``b`` envs. ``final_values[t]`` arrives with the response after step t (see PolicyRequest)."""
 
-    def __init__(self, steps: int, first_obs, action_shape: tuple[int, ...]):
+    def __init__(self, steps: int, first_obs, action_shape: tuple[int, ...], store_next_obs: bool = False):
         b = len(first_obs["state"] if isinstance(first_obs, dict) else first_obs)
         self.obs = _empty_like_obs(first_obs, steps)
+        self.next_obs = _empty_like_obs(first_obs, steps) if store_next_obs else None
         self.actions = np.zeros((steps, b, *action_shape), np.float32)
         self.logp = np.zeros((steps, b), np.float32)
         self.values = np.zeros((steps, b), np.float32)
@@ -66,10 +67,13 @@ class TrajectoryBuffer:
     def record_step(self, t: int, batch) -> None:
         self.rewards[t], self.terminated[t], self.truncated[t] = batch.rewards, batch.terminated, batch.truncated
         self.success[t] = batch.success
+        if self.next_obs is not None:
+            _store(self.next_obs, t, batch.final_obs)  # the episode's last observation where it ended, else obs
 
     def to_trajectory(self, env_rank: int) -> Trajectory:
         return Trajectory(self.obs, self.actions, self.logp, self.values, self.rewards, self.terminated,
-                          self.truncated, self.success, self.final_values, self.next_value, self.versions, env_rank)
+                          self.truncated, self.success, self.final_values, self.next_value, self.versions, env_rank,
+                          next_obs=self.next_obs)
 
 
 def merge_stages(parts: list[Trajectory], env_rank: int) -> Trajectory:
@@ -78,6 +82,7 @@ def merge_stages(parts: list[Trajectory], env_rank: int) -> Trajectory:
         return parts[0]
     cat = lambda name: np.concatenate([getattr(p, name) for p in parts], axis=1)  # noqa: E731
     versions = np.min(np.stack([p.policy_versions for p in parts]), axis=0)
+    next_obs = concat_obs([p.next_obs for p in parts], axis=1) if parts[0].next_obs is not None else None
     return Trajectory(concat_obs([p.obs for p in parts], axis=1), cat("actions"), cat("logp"), cat("values"),
                       cat("rewards"), cat("terminated"), cat("truncated"), cat("success"), cat("final_values"),
-                      np.concatenate([p.next_value for p in parts]), versions, env_rank)
+                      np.concatenate([p.next_value for p in parts]), versions, env_rank, next_obs=next_obs)

@@ -10,5 +10,6 @@ from embodied_rl.algorithms.embodied.base import (ALGORITHMS, Algorithm, Optimiz
 from embodied_rl.algorithms.embodied import ppo as _ppo  # noqa: F401  (registers "ppo")
 from embodied_rl.algorithms.embodied import grpo as _grpo  # noqa: F401  (registers "grpo")
 from embodied_rl.algorithms.embodied import sft as _sft  # noqa: F401  (registers "sft")
+from embodied_rl.algorithms.embodied import sac as _sac  # noqa: F401  (registers "sac", "rlpd")
 
 __all__ = ["ALGORITHMS", "Algorithm", "OptimizerConfig", "UpdateConfig", "algorithm_config_class"]

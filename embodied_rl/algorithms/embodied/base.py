@@ -30,7 +30,7 @@ class OptimizerConfig:
     """Settings every algorithm has."""
 
     name: str = "ppo"
-    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sft)."""
+    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sft, sac, rlpd)."""
     lr: float = 3e-4
     """Adam learning rate."""
     max_grad_norm: float = 0.5
@@ -102,6 +102,8 @@ class Algorithm:
     uses_reference = False  # the actor keeps a frozen copy of the initial policy and adds ``ref_logp``
     supervised = False  # trains on demonstrations (the runner's SFT loop), not on sampled trajectories
     grouped_episodes = False  # envs run whole episodes in lock-step groups sharing initial states (GRPO)
+    off_policy = False  # trains from a replay buffer (``bind``, ``train``); env workers send ``next_obs``
+    uses_demonstrations = False  # an RL algorithm that also learns from demonstration transitions (RLPD)
 
     def __init__(self, config):
         self.config = config

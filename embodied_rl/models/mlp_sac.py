@@ -1,0 +1,116 @@
+"""Tanh-squashed Gaussian MLP actor with an ensemble of Q critics, for the off-policy learners (SAC, RLPD): the
+architecture of ManiSkill's SAC baseline (ReLU MLPs, state-dependent log std, twin Q), optionally with RLPD's
+layer-normalised critics and a larger ensemble."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+from embodied_rl.models.registry import POLICIES
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def relu_mlp(sizes: list[int], layer_norm: bool = False) -> nn.Sequential:
+    """Linear layers of ``sizes`` with ReLU (and LayerNorm before it, RLPD's critics) between them."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            if layer_norm:
+                layers.append(nn.LayerNorm(sizes[i + 1]))
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+@POLICIES.register("mlp_sac")
+class SquashedGaussianActorQ(nn.Module):
+    """Actor: obs ``[B, D]`` -> ``tanh(u)``, ``u ~ N(mean(obs), std(obs))`` over the flat decision ``[B, K * A]``
+    (K > 1 with ``action_chunk``: K actions run open loop), actions in [-1, 1] as ManiSkill's normalised
+    controllers take them; critics: ``num_q`` networks ``Q(obs, action)`` -> ``[num_q, B]``.
+
+    Parameters of the critics are named ``critic*`` (the off-policy learners give them an optimizer of their own).
+    ``obs_indices`` / ``obs_mean`` / ``obs_std`` select and normalise state features as the ``mlp`` policy does.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes=(256, 256, 256), init_log_std: float = -0.5,
+                 action_chunk: int = 1, obs_indices: list | None = None, num_q: int = 2,
+                 critic_layer_norm: bool = False):
+        super().__init__()
+        hidden = list(hidden_sizes)
+        self.action_dim, self.action_chunk = action_dim, int(action_chunk)
+        if obs_indices is not None and not all(0 <= int(i) < obs_dim for i in obs_indices):
+            raise ValueError(f"obs_indices must lie in 0..{obs_dim - 1}, got {list(obs_indices)}")
+        if int(num_q) < 1:
+            raise ValueError(f"num_q must be >= 1, got {num_q}")
+        self.register_buffer("obs_indices", torch.as_tensor(list(obs_indices if obs_indices is not None
+                                                                 else range(obs_dim)), dtype=torch.long))
+        features = len(self.obs_indices)
+        self.register_buffer("obs_mean", torch.zeros(features))
+        self.register_buffer("obs_std", torch.ones(features))
+        self.decision_dim = action_dim * self.action_chunk
+        self.actor_trunk = relu_mlp([features, *hidden])
+        self.actor_trunk.append(nn.ReLU())
+        self.actor_mean = nn.Linear(hidden[-1], self.decision_dim)
+        self.actor_log_std = nn.Linear(hidden[-1], self.decision_dim)
+        nn.init.zeros_(self.actor_log_std.weight)
+        nn.init.constant_(self.actor_log_std.bias, float(init_log_std))
+        self.critic_q = nn.ModuleList(relu_mlp([features + self.decision_dim, *hidden, 1], critic_layer_norm)
+                                      for _ in range(int(num_q)))
+
+    @property
+    def num_q(self) -> int:
+        return len(self.critic_q)
+
+    def set_observation_normalization(self, obs: np.ndarray) -> None:
+        """Normalise by the mean and standard deviation of ``obs`` ``[N, D]`` (e.g. demonstrations)."""
+        selected = torch.as_tensor(np.array(obs, dtype=np.float32))[:, self.obs_indices.cpu()]
+        self.obs_mean.copy_(selected.mean(dim=0))
+        self.obs_std.copy_(selected.std(dim=0).clamp(min=1e-3))
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs[:, self.obs_indices] - self.obs_mean) / self.obs_std
+
+    def distribution(self, obs: torch.Tensor) -> Normal:
+        """The pre-squash Gaussian over ``u`` ``[B, K * A]``."""
+        hidden = self.actor_trunk(self.features(obs))
+        log_std = self.actor_log_std(hidden).clamp(LOG_STD_MIN, LOG_STD_MAX)
+        return Normal(self.actor_mean(hidden), log_std.exp())
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised draw: actions ``[B, K * A]`` in (-1, 1) and their log-probs ``[B]`` (change of variables
+        through tanh), differentiable in the actor's weights."""
+        dist = self.distribution(obs)
+        u = dist.rsample()
+        return torch.tanh(u), squashed_log_prob(dist, u)
+
+    def q_values(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Every critic's ``Q(obs, actions)``: ``[num_q, B]``; actions ``[B, K * A]`` (or ``[B, K, A]``)."""
+        inputs = torch.cat([self.features(obs), actions.reshape(len(actions), -1)], dim=-1)
+        return torch.stack([q(inputs).squeeze(-1) for q in self.critic_q])
+
+    def _shaped(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat.view(-1, self.action_chunk, self.action_dim) if self.action_chunk > 1 else flat
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False):
+        """obs ``[B, D]`` -> actions ``[B, A]`` (``[B, K, A]`` for chunks), log-probs ``[B]``, values ``[B]``
+        (zeros: the critics value actions, not states, and the off-policy learners do not use rollout values)."""
+        dist = self.distribution(obs)
+        u = dist.mean if deterministic else dist.sample()
+        return self._shaped(torch.tanh(u)), squashed_log_prob(dist, u), torch.zeros(len(u), device=u.device)
+
+    def supervised_loss(self, obs: torch.Tensor, target_actions: torch.Tensor) -> torch.Tensor:
+        """Behaviour cloning: mean squared error between the squashed mean ``tanh(mean)`` and ``target_actions``
+        ``[B, A]`` (or ``[B, K, A]``)."""
+        return nn.functional.mse_loss(torch.tanh(self.distribution(obs).mean), target_actions.reshape(len(obs), -1))
+
+
+def squashed_log_prob(dist: Normal, u: torch.Tensor) -> torch.Tensor:
+    """``log p(tanh(u))`` ``[B]`` of pre-squash draws ``u`` ``[B, M]``: the Gaussian's log-density minus
+    ``sum log(1 - tanh(u)^2)``, in the stable form ``2 (log 2 - u - softplus(-2u))``."""
+    correction = 2.0 * (np.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+    return (dist.log_prob(u) - correction).sum(-1)
