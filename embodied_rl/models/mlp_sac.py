@@ -1,6 +1,7 @@
 """Tanh-squashed Gaussian MLP actor with an ensemble of Q critics, for the off-policy learners (SAC, RLPD): the
 architecture of ManiSkill's SAC baseline (ReLU MLPs, state-dependent log std, twin Q), optionally with RLPD's
-layer-normalised critics and a larger ensemble."""
+layer-normalised critics and a larger ensemble. It also has a state-value head and ``evaluate``, so PPO and GRPO
+train it too: one SFT checkpoint starts every learner."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from torch.distributions import Normal
 from embodied_rl.models.registry import POLICIES
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+ACTION_BOUND = 1.0 - 1e-6
+"""Stored actions are clamped to this before ``atanh`` (float32 ``tanh`` reaches 1.0 exactly for large draws)."""
 
 
 def relu_mlp(sizes: list[int], layer_norm: bool = False) -> nn.Sequential:
@@ -60,6 +63,8 @@ class SquashedGaussianActorQ(nn.Module):
         nn.init.constant_(self.actor_log_std.bias, float(init_log_std))
         self.critic_q = nn.ModuleList(relu_mlp([features + self.decision_dim, *hidden, 1], critic_layer_norm)
                                       for _ in range(int(num_q)))
+        # A state-value head, so on-policy learners (PPO, GRPO) can start from the same SFT checkpoint as SAC
+        self.critic_value = relu_mlp([features, *hidden, 1])
 
     @property
     def num_q(self) -> int:
@@ -92,16 +97,31 @@ class SquashedGaussianActorQ(nn.Module):
         inputs = torch.cat([self.features(obs), actions.reshape(len(actions), -1)], dim=-1)
         return torch.stack([q(inputs).squeeze(-1) for q in self.critic_q])
 
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State value ``[B]`` (for PPO; the off-policy learners use ``q_values``)."""
+        return self.critic_value(self.features(obs)).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
+        """For on-policy learners: log-probs ``[B]`` of stored actions ``[B, A]`` (or ``[B, K, A]``) through
+        ``u = atanh(a)`` (clamped just inside (-1, 1)), entropies ``[B]`` (the Gaussian's plus the squash's
+        log-Jacobian at these actions) and state values ``[B]``."""
+        dist = self.distribution(obs)
+        flat = actions.reshape(len(obs), -1).clamp(-ACTION_BOUND, ACTION_BOUND)
+        u = torch.atanh(flat)
+        logp = squashed_log_prob(dist, u)
+        entropy = dist.entropy().sum(-1) - (dist.log_prob(u).sum(-1) - logp)
+        return logp, entropy, self.value(obs)
+
     def _shaped(self, flat: torch.Tensor) -> torch.Tensor:
         return flat.view(-1, self.action_chunk, self.action_dim) if self.action_chunk > 1 else flat
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False):
-        """obs ``[B, D]`` -> actions ``[B, A]`` (``[B, K, A]`` for chunks), log-probs ``[B]``, values ``[B]``
-        (zeros: the critics value actions, not states, and the off-policy learners do not use rollout values)."""
+        """obs ``[B, D]`` -> actions ``[B, A]`` (``[B, K, A]`` for chunks), log-probs ``[B]``, state values
+        ``[B]``."""
         dist = self.distribution(obs)
         u = dist.mean if deterministic else dist.sample()
-        return self._shaped(torch.tanh(u)), squashed_log_prob(dist, u), torch.zeros(len(u), device=u.device)
+        return self._shaped(torch.tanh(u)), squashed_log_prob(dist, u), self.value(obs)
 
     def supervised_loss(self, obs: torch.Tensor, target_actions: torch.Tensor) -> torch.Tensor:
         """Behaviour cloning: mean squared error between the squashed mean ``tanh(mean)`` and ``target_actions``

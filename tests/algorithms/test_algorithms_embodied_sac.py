@@ -157,11 +157,11 @@ def test_the_actor_step_moves_actions_towards_higher_q_and_alpha_towards_the_tar
     batch = dict(obs=obs, actions=actions, rewards=-((actions - 0.5) ** 2).sum(-1), next_obs=obs,
                  bootstrap=torch.ones(128))
     generator = torch.Generator().manual_seed(0)
-    for _ in range(400):
+    for _ in range(1000):
         sac.gradient_step(batch, generator)
     with torch.no_grad():
         mean_action = torch.tanh(policy.distribution(obs).mean).mean(0)
-    torch.testing.assert_close(mean_action, torch.tensor([0.5, 0.5]), atol=0.15, rtol=0)
+    torch.testing.assert_close(mean_action, torch.tensor([0.5, 0.5]), atol=0.1, rtol=0)  # from ~0 at the start
     assert sac.alpha < 0.01  # entropy far above -6: the temperature fell
 
 
@@ -221,8 +221,11 @@ def test_policy_samples_in_bounds_and_clones_demonstrations():
     policy = build_policy("mlp_sac", 4, 2, hidden_sizes=[32], action_chunk=2)
     obs = torch.randn(16, 4)
     actions, logp, values = policy.act(obs)
-    assert actions.shape == (16, 2, 2) and logp.shape == (16,) and torch.all(values == 0)
+    assert actions.shape == (16, 2, 2) and logp.shape == (16,) and values.shape == (16,)
     assert actions.abs().max() < 1
+    again, _, evaluated_values = policy.evaluate(obs, actions)  # what PPO sees of the stored actions
+    torch.testing.assert_close(again, logp, atol=1e-3, rtol=1e-4)
+    torch.testing.assert_close(evaluated_values, values)
     target = torch.tanh(obs[:, :1]).repeat(1, 4).reshape(16, 2, 2) * 0.8
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
     for _ in range(300):
