@@ -234,3 +234,17 @@ def test_policy_samples_in_bounds_and_clones_demonstrations():
     assert loss.item() < 1e-3
     deterministic, _, _ = policy.act(obs, deterministic=True)
     np.testing.assert_allclose(deterministic.numpy(), target.numpy(), atol=0.05)
+
+
+def test_critic_warmup_leaves_the_actor_and_temperature_alone():
+    policy, sac = _sac(SACConfig(critic_warmup_steps=3))
+    actor = {n: p.clone() for n, p in policy.named_parameters() if not n.startswith("critic")}
+    batch = _transitions(16)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        metrics = sac.gradient_step(batch, generator)
+        assert "actor_loss" not in metrics
+    assert all(torch.equal(p, actor[n]) for n, p in policy.named_parameters() if n in actor)
+    assert sac.alpha == pytest.approx(1.0)
+    assert "actor_loss" in sac.gradient_step(batch, generator)
+    assert not all(torch.equal(p, actor[n]) for n, p in policy.named_parameters() if n in actor)

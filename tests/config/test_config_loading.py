@@ -34,6 +34,16 @@ def test_user_yaml_file_is_merged(tmp_path):
     (["algorithm.ratio_level=chunk"], "algorithm.ratio_level='chunk' is out of range; allowed: decision, token"),
     (["algorithm.ratio_level=token"], "algorithm.ratio_level='token' needs a policy with token log-probs "
                                       "(openvla, openvla_oft, pi0); policy.name='mlp'"),
+    (["algorithm.name=sac"], "policy.name='mlp' does not fit algorithm.name='sac', which needs a policy with Q "
+                             "critics (q_values, sample); allowed: mlp_sac"),
+    (["algorithm.name=rlpd", "policy.name=mlp_sac", "algorithm.q_subsample=3"],
+     "algorithm.q_subsample=3 is out of range; allowed: at most the policy's critics (policy.options.num_q=2)"),
+    (["algorithm.name=sac", "policy.name=mlp_sac", "algorithm.buffer_size=10"],
+     "algorithm.buffer_size=10 is out of range; allowed: an integer >= batch_size (256)"),
+    (["algorithm.name=sac", "policy.name=mlp_sac", "algorithm.bootstrap_at=never"],
+     "algorithm.bootstrap_at='never' is out of range; allowed: truncation, always"),
+    (["algorithm.name=sft", "policy.name=cnn", "env.obs_mode=rgb", "algorithm.update_epochs=2"],
+     "algorithm.update_epochs is not a key of algorithm 'sft'"),
     (["placement.offload=sometimes"], "placement.offload='sometimes' is out of range; allowed: auto, never"),
     (["rollout.weight_sync=carrier_pigeon"],
      "rollout.weight_sync='carrier_pigeon' is out of range; allowed: auto, broadcast, object_store"),

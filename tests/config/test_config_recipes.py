@@ -82,3 +82,19 @@ def test_recipes_ship_in_the_wheel_and_load_from_a_plain_install(tmp_path):
     configs_dir, total_env_steps = loaded.stdout.strip().splitlines()[-2:]
     assert configs_dir.startswith(str(target))  # the installed copy, not the clone
     assert int(total_env_steps) == 300000  # from the recipe, not the schema default (2,000,000)
+
+
+@pytest.mark.parametrize("task, env_id", [("maniskill_pickcube", "PickCube-v1"), ("maniskill_pushcube", "PushCube-v1")])
+def test_staged_main_recipes_train_and_evaluate_at_maniskills_own_time_limit(task, env_id):
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401  (registers the ManiSkill ids)
+
+    from embodied_rl.config.stages import load_stages
+
+    limit = gym.spec(env_id).max_episode_steps
+    _, stages = load_stages(task, None, [])
+    assert [s.config.algorithm.name for s in stages] == ["sft", "grpo"]
+    for stage in stages:
+        assert stage.config.env.max_episode_steps == limit == 50
+        assert stage.config.eval.max_episode_steps in (None, limit)
+        assert stage.config.eval.num_episodes == 256

@@ -47,6 +47,9 @@ class SACConfig(OptimizerConfig):
     """Gradient steps per collected transition (update-to-data ratio; fractions carry over to the next update)."""
     policy_frequency: int = 1
     """Update the actor (and temperature) once every this many critic steps."""
+    critic_warmup_steps: int = 0
+    """Gradient steps that train only the critics (a policy fine-tuned from SFT starts with untrained critics,
+    whose first opinions would pull it away from what it cloned)."""
     init_alpha: float = 1.0
     """The entropy temperature at the start."""
     autotune_alpha: bool = True
@@ -81,6 +84,8 @@ class SACConfig(OptimizerConfig):
             yield "utd_ratio", self.utd_ratio, "> 0"
         if self.policy_frequency < 1:
             yield "policy_frequency", self.policy_frequency, "an integer >= 1"
+        if self.critic_warmup_steps < 0:
+            yield "critic_warmup_steps", self.critic_warmup_steps, "an integer >= 0"
         if not self.init_alpha > 0:
             yield "init_alpha", self.init_alpha, "> 0"
         if self.bootstrap_at not in BOOTSTRAP_AT:
@@ -280,7 +285,7 @@ class SAC(Algorithm):
         self.critic_optimizer.step()
         metrics = {"critic_loss": q_loss.item(), "q_mean": q.mean().item(), "td_target_mean": target.mean().item()}
         self.gradient_steps += 1
-        if self.gradient_steps % c.policy_frequency == 0:
+        if self.gradient_steps > c.critic_warmup_steps and self.gradient_steps % c.policy_frequency == 0:
             actions, logp = policy.sample(batch["obs"])
             q_pi = policy.q_values(batch["obs"], actions)
             # RLPD and SAC both take the actor's objective over the mean of the ensemble's opinion when it is
