@@ -39,3 +39,10 @@ def test_sac_fills_its_replay_buffer_with_true_next_observations_and_checkpoints
             for r in range(2) for t in range(24) for b in range(8)]
     assert sum(same) >= len(same) - 16, f"{len(same) - sum(same)} of {len(same)} next observations differ"
     assert not torch.equal(next_obs, obs)
+
+    # Resuming from the last checkpoint continues with its buffer (800 transitions, then 200 more)
+    longer = load_train_config("maniskill_pushcube", None, [*OVERRIDES, "total_env_steps=1000"])
+    EmbodiedRunner(longer, tmp_path, resume=load_checkpoint(checkpoints[-1])).run()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 1000 and rows[-1]["train/replay_size"] == 1000
+    assert rows[-1]["train/gradient_steps"] == 50
