@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch import nn
 from torch.distributions import Normal
 
 from embodied_rl.models.registry import POLICIES
+from embodied_rl.models.state_features import StateFeatures
 
 
 def _mlp(sizes: list[int], out_gain: float) -> nn.Sequential:
@@ -27,7 +27,7 @@ def _mlp(sizes: list[int], out_gain: float) -> nn.Sequential:
 
 
 @POLICIES.register("mlp")
-class MLPActorCritic(nn.Module):
+class MLPActorCritic(StateFeatures, nn.Module):
     """Actor: obs ``[B, D]`` -> Gaussian mean ``[B, A]`` (or ``[B, K, A]`` with ``action_chunk`` K > 1: K actions
     executed open loop) with a state-independent log std; critic: obs -> ``[B]``.
 
@@ -40,26 +40,11 @@ class MLPActorCritic(nn.Module):
         super().__init__()
         hidden = list(hidden_sizes)
         self.action_dim, self.action_chunk = action_dim, int(action_chunk)
-        if obs_indices is not None and not all(0 <= int(i) < obs_dim for i in obs_indices):
-            raise ValueError(f"obs_indices must lie in 0..{obs_dim - 1}, got {list(obs_indices)}")
-        self.register_buffer("obs_indices", torch.as_tensor(list(obs_indices if obs_indices is not None
-                                                                 else range(obs_dim)), dtype=torch.long))
-        features = len(self.obs_indices)
-        self.register_buffer("obs_mean", torch.zeros(features))
-        self.register_buffer("obs_std", torch.ones(features))
+        features = self.register_state_features(obs_dim, obs_indices)
         outputs = action_dim * self.action_chunk
         self.actor_mean = _mlp([features, *hidden, outputs], out_gain=0.01 * math.sqrt(2))
         self.critic = _mlp([features, *hidden, 1], out_gain=1.0)
         self.actor_log_std = nn.Parameter(torch.full((1, outputs), float(init_log_std)))
-
-    def set_observation_normalization(self, obs: np.ndarray) -> None:
-        """Normalise by the mean and standard deviation of ``obs`` ``[N, D]`` (e.g. demonstrations)."""
-        selected = torch.as_tensor(np.array(obs, dtype=np.float32))[:, self.obs_indices.cpu()]
-        self.obs_mean.copy_(selected.mean(dim=0))
-        self.obs_std.copy_(selected.std(dim=0).clamp(min=1e-3))
-
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        return (obs[:, self.obs_indices] - self.obs_mean) / self.obs_std
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self.features(obs)).squeeze(-1)
@@ -68,9 +53,6 @@ class MLPActorCritic(nn.Module):
         """Over the flat decision ``[B, K * A]``."""
         mean = self.actor_mean(self.features(obs))
         return Normal(mean, self.actor_log_std.expand_as(mean).exp())
-
-    def _shaped(self, flat: torch.Tensor) -> torch.Tensor:
-        return flat.view(-1, self.action_chunk, self.action_dim) if self.action_chunk > 1 else flat
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False):

@@ -5,12 +5,14 @@ train it too: one SFT checkpoint starts every learner."""
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import torch
 from torch import nn
 from torch.distributions import Normal
 
 from embodied_rl.models.registry import POLICIES
+from embodied_rl.models.state_features import StateFeatures
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 ACTION_BOUND = 1.0 - 1e-6
@@ -30,7 +32,7 @@ def relu_mlp(sizes: list[int], layer_norm: bool = False) -> nn.Sequential:
 
 
 @POLICIES.register("mlp_sac")
-class SquashedGaussianActorQ(nn.Module):
+class SquashedGaussianActorQ(StateFeatures, nn.Module):
     """Actor: obs ``[B, D]`` -> ``tanh(u)``, ``u ~ N(mean(obs), std(obs))`` over the flat decision ``[B, K * A]``
     (K > 1 with ``action_chunk``: K actions run open loop), actions in [-1, 1] as ManiSkill's normalised
     controllers take them; critics: ``num_q`` networks ``Q(obs, action)`` -> ``[num_q, B]``.
@@ -45,15 +47,9 @@ class SquashedGaussianActorQ(nn.Module):
         super().__init__()
         hidden = list(hidden_sizes)
         self.action_dim, self.action_chunk = action_dim, int(action_chunk)
-        if obs_indices is not None and not all(0 <= int(i) < obs_dim for i in obs_indices):
-            raise ValueError(f"obs_indices must lie in 0..{obs_dim - 1}, got {list(obs_indices)}")
         if int(num_q) < 1:
             raise ValueError(f"num_q must be >= 1, got {num_q}")
-        self.register_buffer("obs_indices", torch.as_tensor(list(obs_indices if obs_indices is not None
-                                                                 else range(obs_dim)), dtype=torch.long))
-        features = len(self.obs_indices)
-        self.register_buffer("obs_mean", torch.zeros(features))
-        self.register_buffer("obs_std", torch.ones(features))
+        features = self.register_state_features(obs_dim, obs_indices)
         self.decision_dim = action_dim * self.action_chunk
         self.actor_trunk = relu_mlp([features, *hidden])
         self.actor_trunk.append(nn.ReLU())
@@ -69,15 +65,6 @@ class SquashedGaussianActorQ(nn.Module):
     @property
     def num_q(self) -> int:
         return len(self.critic_q)
-
-    def set_observation_normalization(self, obs: np.ndarray) -> None:
-        """Normalise by the mean and standard deviation of ``obs`` ``[N, D]`` (e.g. demonstrations)."""
-        selected = torch.as_tensor(np.array(obs, dtype=np.float32))[:, self.obs_indices.cpu()]
-        self.obs_mean.copy_(selected.mean(dim=0))
-        self.obs_std.copy_(selected.std(dim=0).clamp(min=1e-3))
-
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        return (obs[:, self.obs_indices] - self.obs_mean) / self.obs_std
 
     def distribution(self, obs: torch.Tensor) -> Normal:
         """The pre-squash Gaussian over ``u`` ``[B, K * A]``."""
@@ -112,9 +99,6 @@ class SquashedGaussianActorQ(nn.Module):
         entropy = dist.entropy().sum(-1) - (dist.log_prob(u).sum(-1) - logp)
         return logp, entropy, self.value(obs)
 
-    def _shaped(self, flat: torch.Tensor) -> torch.Tensor:
-        return flat.view(-1, self.action_chunk, self.action_dim) if self.action_chunk > 1 else flat
-
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         """obs ``[B, D]`` -> actions ``[B, A]`` (``[B, K, A]`` for chunks), log-probs ``[B]``, state values
@@ -132,5 +116,5 @@ class SquashedGaussianActorQ(nn.Module):
 def squashed_log_prob(dist: Normal, u: torch.Tensor) -> torch.Tensor:
     """``log p(tanh(u))`` ``[B]`` of pre-squash draws ``u`` ``[B, M]``: the Gaussian's log-density minus
     ``sum log(1 - tanh(u)^2)``, in the stable form ``2 (log 2 - u - softplus(-2u))``."""
-    correction = 2.0 * (np.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+    correction = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
     return (dist.log_prob(u) - correction).sum(-1)

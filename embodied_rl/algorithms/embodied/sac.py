@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 import torch
 
 from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, OptimizerConfig, Problem, flat_steps
-from embodied_rl.algorithms.embodied.sft import DEMO_SOURCES
+from embodied_rl.algorithms.embodied.sft import DemonstrationSettings
 from embodied_rl.algorithms.replay import ReplayBuffer
 
 BOOTSTRAP_AT = ("truncation", "always")
@@ -95,7 +95,7 @@ class SACConfig(OptimizerConfig):
 
 
 @dataclass
-class RLPDConfig(SACConfig):
+class RLPDConfig(SACConfig, DemonstrationSettings):
     name: str = "rlpd"
     """The algorithm: a name registered in ``ALGORITHMS``."""
     demo_ratio: float = 0.5
@@ -105,27 +105,12 @@ class RLPDConfig(SACConfig):
     the ensemble)."""
     learning_starts: int = 0
     """Transitions in the buffer before the first gradient step (demonstrations fill the other half at once)."""
-    demo_source: str = "motion_planning"
-    """Where demonstrations come from: 'motion_planning' (generated and cached) or 'path' (``demo_path``)."""
-    demo_path: Optional[str] = None
-    """A ManiSkill trajectory file (``.h5`` with its ``.json``) when demo_source='path'."""
-    demo_episodes: int = 100
-    """Demonstrations to generate (motion_planning)."""
-    demo_planner_speed: Optional[float] = None
-    """Joint velocity and acceleration limits of the motion planner (rad/s); None: ManiSkill's 0.9."""
 
     def problems(self) -> Iterator[Problem]:
         yield from super().problems()
         if not 0 < self.demo_ratio < 1:
             yield "demo_ratio", self.demo_ratio, "0 < demo_ratio < 1"
-        if self.demo_source not in DEMO_SOURCES:
-            yield "demo_source", self.demo_source, ", ".join(DEMO_SOURCES)
-        if self.demo_source == "path" and not self.demo_path:
-            yield "demo_path", self.demo_path, "a .h5 trajectory file when demo_source='path'"
-        if self.demo_episodes < 1:
-            yield "demo_episodes", self.demo_episodes, "an integer >= 1"
-        if self.demo_planner_speed is not None and not 0 < self.demo_planner_speed <= 10:
-            yield "demo_planner_speed", self.demo_planner_speed, "null (ManiSkill's 0.9) or rad/s in (0, 10]"
+        yield from self.demo_problems()
 
 
 # --- the losses, as pure functions of tensors -------------------------------------------------------------------

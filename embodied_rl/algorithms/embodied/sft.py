@@ -14,13 +14,9 @@ DEMO_SOURCES = ("motion_planning", "path")
 
 
 @dataclass
-class SFTConfig(OptimizerConfig):
-    name: str = "sft"
-    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sft)."""
-    lr: float = 1e-3
-    """Adam learning rate."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping norm."""
+class DemonstrationSettings:
+    """Where an algorithm's demonstrations come from (SFT clones them, RLPD mixes them into its batches)."""
+
     demo_source: str = "motion_planning"
     """Where demonstrations come from: 'motion_planning' (generated and cached, see ``embodied-rl demos``) or
     'path' (the ``.h5`` file in ``demo_path``)."""
@@ -31,6 +27,26 @@ class SFTConfig(OptimizerConfig):
     demo_planner_speed: Optional[float] = None
     """Joint velocity and acceleration limits of the motion planner (rad/s, rad/s^2); None: ManiSkill's 0.9.
     Faster plans make shorter demonstrations: PickCube's take ~75 steps at 0.9 and ~52 at 2.0 (its limit is 50)."""
+
+    def demo_problems(self) -> Iterator[Problem]:
+        if self.demo_source not in DEMO_SOURCES:
+            yield "demo_source", self.demo_source, ", ".join(DEMO_SOURCES)
+        if self.demo_source == "path" and not self.demo_path:
+            yield "demo_path", self.demo_path, "a .h5 trajectory file when demo_source='path'"
+        if self.demo_episodes < 1:
+            yield "demo_episodes", self.demo_episodes, "an integer >= 1"
+        if self.demo_planner_speed is not None and not 0 < self.demo_planner_speed <= 10:
+            yield "demo_planner_speed", self.demo_planner_speed, "null (ManiSkill's 0.9) or rad/s in (0, 10]"
+
+
+@dataclass
+class SFTConfig(OptimizerConfig, DemonstrationSettings):
+    name: str = "sft"
+    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sft)."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
     batch_size: int = 256
     """Demonstration steps per gradient step."""
     gradient_steps: int = 4000
@@ -43,14 +59,7 @@ class SFTConfig(OptimizerConfig):
 
     def problems(self) -> Iterator[Problem]:
         yield from super().problems()
-        if self.demo_source not in DEMO_SOURCES:
-            yield "demo_source", self.demo_source, ", ".join(DEMO_SOURCES)
-        if self.demo_source == "path" and not self.demo_path:
-            yield "demo_path", self.demo_path, "a .h5 trajectory file when demo_source='path'"
-        if self.demo_episodes < 1:
-            yield "demo_episodes", self.demo_episodes, "an integer >= 1"
-        if self.demo_planner_speed is not None and not 0 < self.demo_planner_speed <= 10:
-            yield "demo_planner_speed", self.demo_planner_speed, "null (ManiSkill's 0.9) or rad/s in (0, 10]"
+        yield from self.demo_problems()
         if self.batch_size < 1:
             yield "batch_size", self.batch_size, "an integer >= 1"
         if self.gradient_steps < 1:
