@@ -15,8 +15,13 @@ from embodied_rl.models.registry import POLICIES
 from embodied_rl.models.state_features import StateFeatures
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-ACTION_BOUND = 1.0 - 1e-6
-"""Stored actions are clamped to this before ``atanh`` (float32 ``tanh`` reaches 1.0 exactly for large draws)."""
+PRE_SQUASH_BOUND = 6.0
+"""Draws ``u`` stay within +-this (the mean within +-5, smoothly): float32 ``tanh`` rounds to 1.0 from |u| ~ 9, so
+a stored action ``tanh(u)`` gives ``u`` back through ``atanh`` only for bounded ``u`` (at 6 within ~0.003), and
+on-policy learners take log-probs of stored actions (a clone of saturated demonstration actions otherwise puts its
+mean far out, where every sample's log-prob comes back several standard deviations off)."""
+MEAN_BOUND = 5.0
+ACTION_BOUND = math.tanh(PRE_SQUASH_BOUND)
 
 
 def relu_mlp(sizes: list[int], layer_norm: bool = False) -> nn.Sequential:
@@ -70,13 +75,14 @@ class SquashedGaussianActorQ(StateFeatures, nn.Module):
         """The pre-squash Gaussian over ``u`` ``[B, K * A]``."""
         hidden = self.actor_trunk(self.features(obs))
         log_std = self.actor_log_std(hidden).clamp(LOG_STD_MIN, LOG_STD_MAX)
-        return Normal(self.actor_mean(hidden), log_std.exp())
+        mean = MEAN_BOUND * torch.tanh(self.actor_mean(hidden) / MEAN_BOUND)
+        return Normal(mean, log_std.exp())
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised draw: actions ``[B, K * A]`` in (-1, 1) and their log-probs ``[B]`` (change of variables
         through tanh), differentiable in the actor's weights."""
         dist = self.distribution(obs)
-        u = dist.rsample()
+        u = dist.rsample().clamp(-PRE_SQUASH_BOUND, PRE_SQUASH_BOUND)
         return torch.tanh(u), squashed_log_prob(dist, u)
 
     def q_values(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -90,7 +96,7 @@ class SquashedGaussianActorQ(StateFeatures, nn.Module):
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
         """For on-policy learners: log-probs ``[B]`` of stored actions ``[B, A]`` (or ``[B, K, A]``) through
-        ``u = atanh(a)`` (clamped just inside (-1, 1)), entropies ``[B]`` (the Gaussian's plus the squash's
+        ``u = atanh(a)`` (``a`` clamped to ``tanh(PRE_SQUASH_BOUND)``), entropies ``[B]`` (the Gaussian's plus the squash's
         log-Jacobian at these actions) and state values ``[B]``."""
         dist = self.distribution(obs)
         flat = actions.reshape(len(obs), -1).clamp(-ACTION_BOUND, ACTION_BOUND)
@@ -104,7 +110,7 @@ class SquashedGaussianActorQ(StateFeatures, nn.Module):
         """obs ``[B, D]`` -> actions ``[B, A]`` (``[B, K, A]`` for chunks), log-probs ``[B]``, state values
         ``[B]``."""
         dist = self.distribution(obs)
-        u = dist.mean if deterministic else dist.sample()
+        u = dist.mean if deterministic else dist.sample().clamp(-PRE_SQUASH_BOUND, PRE_SQUASH_BOUND)
         return self._shaped(torch.tanh(u)), squashed_log_prob(dist, u), self.value(obs)
 
     def supervised_loss(self, obs: torch.Tensor, target_actions: torch.Tensor) -> torch.Tensor:

@@ -248,3 +248,19 @@ def test_critic_warmup_leaves_the_actor_and_temperature_alone():
     assert sac.alpha == pytest.approx(1.0)
     assert "actor_loss" in sac.gradient_step(batch, generator)
     assert not all(torch.equal(p, actor[n]) for n, p in policy.named_parameters() if n in actor)
+
+
+def test_log_probs_of_stored_actions_come_back_for_a_clone_of_saturated_actions():
+    """A clone of demonstrations at the action bounds (+-1) pushes its mean far out; sampled actions stored as
+    float32 tanh must still give their log-probs back to PPO and GRPO."""
+    torch.manual_seed(0)
+    policy = build_policy("mlp_sac", 4, 3, hidden_sizes=[32], init_log_std=-2.5)
+    obs = torch.randn(64, 4)
+    target = torch.tensor([1.0, -1.0, 0.3]).repeat(64, 1)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-2)
+    for _ in range(1500):  # the pre-squash mean keeps growing towards the +-1 targets (it reached 55 in a real SFT)
+        loss = policy.supervised_loss(obs, target)
+        optimizer.zero_grad(), loss.backward(), optimizer.step()
+    actions, logp, _ = policy.act(obs)
+    again, _, _ = policy.evaluate(obs, actions)
+    assert (again - logp).abs().max() < 0.05, (again - logp).abs().max()
