@@ -96,8 +96,8 @@ class SquashedGaussianActorQ(StateFeatures, nn.Module):
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
         """For on-policy learners: log-probs ``[B]`` of stored actions ``[B, A]`` (or ``[B, K, A]``) through
-        ``u = atanh(a)`` (``a`` clamped to ``tanh(PRE_SQUASH_BOUND)``), entropies ``[B]`` (the Gaussian's plus the squash's
-        log-Jacobian at these actions) and state values ``[B]``."""
+        ``u = atanh(a)`` (``a`` clamped to ``tanh(PRE_SQUASH_BOUND)``), entropies ``[B]`` (the Gaussian's plus the
+        squash's log-Jacobian at these actions) and state values ``[B]``."""
         dist = self.distribution(obs)
         flat = actions.reshape(len(obs), -1).clamp(-ACTION_BOUND, ACTION_BOUND)
         u = torch.atanh(flat)

@@ -15,7 +15,8 @@ from tests_helpers import TrackedProcess
 
 from embodied_rl.utils.checkpoint import load_checkpoint
 
-TINY = ["env.num_workers=1", "env.envs_per_worker=2", "env.max_episode_steps=25", "rollout.steps_per_iteration=16",
+TINY = ["stages=[]",  # the task's base config (PPO), not its staged recipe
+        "env.num_workers=1", "env.envs_per_worker=2", "env.max_episode_steps=25", "rollout.steps_per_iteration=16",
         "total_env_steps=100000", "eval.every_iterations=0", "eval.num_episodes=2", "checkpoint.every_iterations=1",
         "checkpoint.keep_last=10", "policy.hidden_sizes=[16]", "algorithm.num_minibatches=2"]
 

@@ -8,7 +8,8 @@ import pytest
 
 from tests_helpers import TrackedProcess
 
-TINY = ["env.num_workers=1", "env.envs_per_worker=2", "rollout.steps_per_iteration=20",
+TINY = ["stages=[]",  # the task's base config (PPO), not its staged recipe
+        "env.num_workers=1", "env.envs_per_worker=2", "rollout.steps_per_iteration=20",
         "algorithm.num_minibatches=2", "eval.num_episodes=2", "eval.every_iterations=0",
         "checkpoint.every_iterations=1", "checkpoint.keep_last=2", "policy.hidden_sizes=[32,32]"]
 

@@ -18,7 +18,8 @@ from embodied_rl.utils.checkpoint import load_checkpoint
 
 # deterministic=true: a resume from a clean checkpoint of the synchronous loop is bit-exact. Episodes of 25 steps
 # in iterations of 16 (a checkpoint falls mid-episode; 32 samples: the recipe's 32 minibatches validate); 6 iterations.
-TINY = ["deterministic=true", "env.num_workers=1", "env.envs_per_worker=2", "env.max_episode_steps=25",
+TINY = ["stages=[]",  # the task's base config (PPO), not its staged recipe
+        "deterministic=true", "env.num_workers=1", "env.envs_per_worker=2", "env.max_episode_steps=25",
         "rollout.steps_per_iteration=16", "total_env_steps=192", "eval.every_iterations=2", "eval.num_episodes=2",
         "checkpoint.every_iterations=1", "checkpoint.keep_last=10", "policy.hidden_sizes=[16]",
         "algorithm.num_minibatches=2", "algorithm.update_epochs=2"]
