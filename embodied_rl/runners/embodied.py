@@ -102,9 +102,11 @@ class EmbodiedRunner:
                         ray.get(workers.actor.call("load_training_state", load_checkpoint(c.init_from).weights,
                                                    None))
                     if self.supervised:
-                        ray.get(workers.actor.call("load_demonstrations", load_sft_demonstrations(c)))
+                        get_within(workers.actor.call("load_demonstrations", load_sft_demonstrations(c)),
+                                   c.fault.hang_timeout_s, "the actor loading the demonstrations")
                     elif ALGORITHMS.get(c.algorithm.name).uses_demonstrations:
-                        ray.get(workers.actor.call("load_demo_transitions", load_demo_transitions(c)))
+                        get_within(workers.actor.call("load_demo_transitions", load_demo_transitions(c)),
+                                   c.fault.hang_timeout_s, "the actor loading the demonstration transitions")
                     turns.publish_weights()
                 try:
                     if self.supervised:
