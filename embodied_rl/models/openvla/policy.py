@@ -48,7 +48,8 @@ class OpenVLAPolicy(nn.Module):
     distribution); ``deterministic`` takes the argmax. Log-prob of a decision = sum over its ``K * A`` tokens.
 
     Value head ``critic_head``: MLP (``hidden_sizes``, tanh) on the LM's last hidden state at the last prompt
-    position. ``lora_rank`` > 0: LoRA (peft) on the LM's attention and MLP projections; the LM and vision backbone
+    position, detached when ``critic_detach`` (default): the value loss then trains the head alone and cannot move
+    the policy's trunk (RLinf's ``detach_critic_input``). ``lora_rank`` > 0: LoRA (peft) on the LM's attention and MLP projections; the LM and vision backbone
     are frozen, projectors, value head (and OFT's action queries) train.
 
     obs: ``"rgb"`` uint8 ``[B, H, W, 3 n]``, ``"state"`` float32 ``[B, D]`` (optional), ``"instruction"`` numpy
@@ -64,7 +65,7 @@ class OpenVLAPolicy(nn.Module):
                  obs_shapes: dict | None = None, action_chunk: int = 1, size: str = "tiny",
                  checkpoint: str | None = None, lora_rank: int = 0, lora_alpha: float | None = None,
                  dtype: str = "float32", use_proprio: bool | None = None, fused_vision: bool | None = None,
-                 unnorm_key: str | None = None, temperature: float = 1.0):
+                 unnorm_key: str | None = None, temperature: float = 1.0, critic_detach: bool = True):
         super().__init__()
         from embodied_rl.models.openvla import checkpoint as checkpoints
         from embodied_rl.models.openvla.modeling import LanguageModelRunner, ProprioProjector, build_network
@@ -80,6 +81,11 @@ class OpenVLAPolicy(nn.Module):
             raise ValueError(f"openvla option temperature={temperature!r} is not allowed; allowed values: a number "
                              f"> 0 (1: the LM's own distribution)")
         self.temperature = float(temperature)
+        if not isinstance(critic_detach, bool):
+            raise ValueError(f"openvla option critic_detach={critic_detach!r} is not allowed; allowed values: true "
+                             f"(the value loss trains only the value head) or false (it also reaches the LM, "
+                             f"projectors and vision tower)")
+        self.critic_detach = critic_detach
         if int(action_chunk) < 1:
             raise ValueError(f"openvla option action_chunk={action_chunk!r} is not allowed; allowed values: an "
                              f"integer >= 1")
@@ -198,7 +204,8 @@ class OpenVLAPolicy(nn.Module):
         return logits if self.temperature == 1.0 else logits / self.temperature
 
     def _value(self, hidden_last: torch.Tensor) -> torch.Tensor:
-        return self.critic_head(hidden_last).float().squeeze(-1)
+        features = hidden_last.detach() if self.critic_detach else hidden_last
+        return self.critic_head(features).float().squeeze(-1)
 
     def _forward(self, obs: dict, columns: torch.Tensor | None):
         """One forward pass: prompt plus the action positions (autoregressive: the embeddings of ``columns``

@@ -11,6 +11,8 @@ NOISE_MODES = ("sde", "flow_noise")
 ACTION_NORMALIZATIONS = ("none", "mean_std", "quantile")
 LOGP_DIMS = ("action", "all")
 DTYPES = ("float32", "bfloat16", "float16")
+ONE_RANDOM = "one_random"
+"""``stochastic_steps`` value: one denoising step per decision, drawn at random, is stochastic."""
 
 
 def _choice(key: str, value, allowed) -> None:
@@ -88,9 +90,11 @@ class Pi0Settings:
     """Flow-Noise: smallest std per unit ``sqrt(|dt|)``."""
     flow_noise_max: float = 0.5
     """Flow-Noise: largest std per unit ``sqrt(|dt|)``."""
-    stochastic_steps: tuple | None = None
-    """Indices (0 = the step from t=1) of the denoising steps that draw noise and enter the log-prob; None: all.
-    The other steps are plain ODE steps."""
+    stochastic_steps: tuple | str | None = None
+    """Indices (0 = the step from t=1) of the denoising steps that draw noise and enter the log-prob; None: all;
+    ``"one_random"``: one step per decision, drawn uniformly from all of them and stored with the chain (piRL's
+    Flow-SDE: a decision's log-prob is then one Gaussian transition, its ratio one step's). The other steps are
+    plain ODE steps."""
     logp_dims: str = "action"
     """Dimensions summed into the log-prob and entropy: ``"action"`` the env's action dims, ``"all"`` also the
     padding dims up to ``max_action_dim``."""
@@ -159,11 +163,12 @@ class Pi0Settings:
         if self.image_size % self.patch_size:
             raise ValueError(f"pi0 option image_size={self.image_size!r} is not allowed; allowed values: multiples "
                              f"of patch_size={self.patch_size}")
-        if self.stochastic_steps is not None:
-            steps = tuple(int(s) for s in self.stochastic_steps)
+        if self.stochastic_steps is not None and self.stochastic_steps != ONE_RANDOM:
+            bad = isinstance(self.stochastic_steps, str)
+            steps = () if bad else tuple(int(s) for s in self.stochastic_steps)
             if not steps or any(s < 0 or s >= self.num_denoising_steps for s in steps):
                 raise ValueError(f"pi0 option stochastic_steps={self.stochastic_steps!r} is not allowed; allowed "
-                                 f"values: None or a non-empty list of step indices in "
+                                 f"values: None, {ONE_RANDOM!r}, or a non-empty list of step indices in "
                                  f"0..{self.num_denoising_steps - 1}")
             self.stochastic_steps = tuple(sorted(set(steps)))
         return self
@@ -173,8 +178,15 @@ class Pi0Settings:
         """The ``t`` at which ``sigma_t`` is clamped."""
         return self.sigma_clamp_time or 1.0 - 1.0 / self.num_denoising_steps
 
+    @property
+    def one_random_step(self) -> bool:
+        """Whether each decision makes one randomly drawn denoising step stochastic."""
+        return self.stochastic_steps == ONE_RANDOM
+
     def is_stochastic(self, step: int) -> bool:
-        return self.stochastic_steps is None or step in self.stochastic_steps
+        """Whether denoising step ``step`` is stochastic for every decision (with ``one_random_step``: for none
+        of them as a rule; the policy picks each decision's step)."""
+        return self.stochastic_steps is None or (not self.one_random_step and step in self.stochastic_steps)
 
     def to_transformers(self, chunk: int, state_dim: int, action_dim: int):
         """-> ``transformers.PI0Config`` for chunks of ``chunk`` actions, ``state_dim`` / ``action_dim`` wide."""

@@ -16,6 +16,8 @@ from embodied_rl.models.registry import POLICIES
 from embodied_rl.models.text_tokenizer import BYTE_VOCAB_SIZE, ByteTokenizer, PretrainedTokenizer, encode_batch
 
 CHAIN_KEY = STORED_PREFIX + "chain"
+SDE_STEP_KEY = STORED_PREFIX + "sde_step"
+"""What ``act`` stores with ``stochastic_steps="one_random"``: each decision's stochastic step index ``[B]`` int64."""
 TOKEN_LOGP_KEY = STORED_PREFIX + "token_logp"
 """What ``act`` also stores: the log-prob of each Gaussian coordinate of the chain ``[B, M]`` (token-level ratios,
 ``algorithm.ratio_level=token``)."""
@@ -252,7 +254,7 @@ class Pi0Policy(nn.Module):
         if self.noise_head is None:
             sigma = flow_sde.sde_sigma(t, self.settings.noise_level, self.settings.sigma_time_limit)
             mean, std = flow_sde.sde_step_mean_std(x, v, t, dt, sigma)
-            return mean, torch.full_like(mean, std)
+            return mean, (std.expand_as(mean) if isinstance(std, torch.Tensor) else torch.full_like(mean, std))
         low, high = self.settings.flow_noise_min, self.settings.flow_noise_max
         scale = low + (high - low) * torch.sigmoid(self.noise_head(hidden.to(self.noise_head.weight.dtype)).float())
         return flow_sde.flow_noise_mean_std(x, v, dt, scale)
@@ -281,6 +283,8 @@ class Pi0Policy(nn.Module):
         batch = prefix[1].shape[0]
         shape = (batch, self.action_chunk, self.model_action_dim)
         x = torch.zeros(shape, device=self._device()) if deterministic else torch.randn(shape).to(self._device())
+        if self.settings.one_random_step:
+            return self._act_one_random_step(prefix, x, deterministic)
         chain, token_logp = [x], []
         for step, t, dt in self._times():
             v, hidden = self._velocity(prefix, x, t)
@@ -295,6 +299,41 @@ class Pi0Policy(nn.Module):
         token_logp = torch.cat(token_logp, dim=-1) if token_logp else torch.zeros(batch, 0, device=x.device)
         stored = {CHAIN_KEY: torch.stack(chain, 1), TOKEN_LOGP_KEY: token_logp}
         return self._actions(x), token_logp.sum(-1), values, stored
+
+    def _act_one_random_step(self, prefix, x: torch.Tensor, deterministic: bool):
+        """``act`` with one stochastic step per decision: step ``k_b`` drawn uniformly for each row (stored as
+        ``stored.sde_step``); the others are ODE steps. ``x``: ``x_1`` ``[B, K, A_model]``."""
+        batch, steps = x.shape[0], self.settings.num_denoising_steps
+        chosen = torch.randint(0, steps, (batch,)).to(x.device)
+        token_logp = torch.zeros(batch, self._coordinates(x).shape[1], device=x.device)
+        chain = [x]
+        for step, t, dt in self._times():
+            v, hidden = self._velocity(prefix, x, t)
+            mean, std = self._transition(x, v, hidden, t, dt)
+            here = chosen == step
+            drawn = flow_sde.ode_step(x, v, dt) if deterministic else mean + std * torch.randn(x.shape).to(x.device)
+            x = torch.where(here[:, None, None], drawn, flow_sde.ode_step(x, v, dt))
+            logp = self._coordinates(flow_sde.gaussian_log_prob(x, mean, std))
+            token_logp = torch.where(here[:, None], logp, token_logp)
+            chain.append(x)
+        values = self._value(prefix[3], prefix[4])
+        stored = {CHAIN_KEY: torch.stack(chain, 1), TOKEN_LOGP_KEY: token_logp, SDE_STEP_KEY: chosen}
+        return self._actions(x), token_logp.sum(-1), values, stored
+
+    def _evaluate_one_random_step(self, obs: dict, prefix, chain: torch.Tensor):
+        """``evaluate_tokens`` with one stochastic step per decision: one velocity pass, each row at its own stored
+        step ``k_b`` (``t_b = 1 - k_b / S``). -> log-probs ``[B, K * A']``, entropies ``[B, K * A']``."""
+        if SDE_STEP_KEY not in obs:
+            raise ValueError(f"pi0 evaluate with stochastic_steps='one_random' needs obs[{SDE_STEP_KEY!r}]")
+        steps = self.settings.num_denoising_steps
+        chosen = torch.as_tensor(obs[SDE_STEP_KEY], device=chain.device).long()
+        rows = torch.arange(len(chain), device=chain.device)
+        x, following = chain[rows, chosen], chain[rows, chosen + 1]
+        t = 1.0 - chosen.float() / steps
+        v, hidden = self._velocity(prefix, x, t)
+        mean, std = self._transition(x, v, hidden, t[:, None, None], -1.0 / steps)
+        logp = self._coordinates(flow_sde.gaussian_log_prob(following, mean, std))
+        return logp, self._coordinates(flow_sde.gaussian_entropy(std).expand_as(mean))
 
     def evaluate(self, obs: dict, actions: torch.Tensor | None = None):
         """Log-probs ``[B]``, entropies ``[B]`` and values ``[B]`` of the stored chains (``evaluate_tokens`` summed
@@ -315,6 +354,9 @@ class Pi0Policy(nn.Module):
                     self.model_action_dim)
         if tuple(chain.shape) != expected:
             raise ValueError(f"pi0 evaluate: {CHAIN_KEY} has shape {tuple(chain.shape)}, expected {expected}")
+        if self.settings.one_random_step:
+            logp, entropy = self._evaluate_one_random_step(obs, prefix, chain)
+            return logp, entropy, self._value(prefix[3], prefix[4])
         logp, entropy = [], []
         for step, t, dt in self._times():
             if not self.settings.is_stochastic(step):

@@ -71,3 +71,21 @@ def test_registry_metadata():
     for name in ("openvla", "openvla_oft"):
         assert observation_modes(name) == ("rgb",) and policy_sizes(name) == ("tiny", "full")
         assert {"action_chunk", "checkpoint", "lora_rank", "dtype"} <= set(policy_options(name))
+
+
+@pytest.mark.parametrize("detach", [True, False])
+def test_critic_detach_keeps_the_value_loss_out_of_the_policy_trunk(detach):
+    policy = make_policy("openvla_oft", critic_detach=detach)
+    obs = make_obs(3)
+    _, _, values = policy.evaluate({**obs, **policy.act(obs)[3]}, torch.zeros(3, 2, 3))
+    (values ** 2).mean().backward()
+    trunk = [p.grad for n, p in policy.named_parameters() if n.startswith(("language_model.", "projector."))]
+    head = [p.grad for n, p in policy.named_parameters() if n.startswith("critic_head.")]
+    assert all(g is not None and g.abs().sum() > 0 for g in head)
+    moved = any(g is not None and g.abs().sum() > 0 for g in trunk)
+    assert moved is not detach
+
+
+def test_critic_detach_must_be_a_boolean():
+    with pytest.raises(ValueError, match="critic_detach='yes' is not allowed"):
+        make_policy("openvla_oft", critic_detach="yes")

@@ -154,3 +154,33 @@ def test_value_head_is_named_critic_and_detached_from_the_prefix():
     values.sum().backward()
     assert all(p.grad is None for n, p in policy.named_parameters() if n.startswith("pi0."))
     assert all(p.grad is not None for n, p in policy.named_parameters() if n.startswith("critic"))
+
+
+@pytest.mark.parametrize("noise_mode", ["sde", "flow_noise"])
+def test_one_random_step_draws_noise_at_each_decisions_stored_step_only(noise_mode):
+    steps, chunk = 4, 2
+    policy = tiny_policy(chunk=chunk, steps=steps, stochastic_steps="one_random", noise_mode=noise_mode)
+    obs = observations(batch=16)
+    torch.manual_seed(3)
+    actions, logp, values, stored = policy.act(obs)
+    chosen, chain = stored["stored.sde_step"], stored[CHAIN_KEY]
+    assert chosen.shape == (16,) and chosen.dtype == torch.int64 and len(set(chosen.tolist())) > 1
+    assert stored["stored.token_logp"].shape == (16, chunk * 4)  # one step's Gaussian coordinates
+    # every step but the stored one is the ODE step: replaying the chain deterministically reproduces them
+    prefix = policy._prefix(obs)
+    for step, t, dt in policy._times():
+        v, _ = policy._velocity(prefix, chain[:, step], t)
+        ode = chain[:, step] + v * dt
+        off = (chain[:, step + 1] - ode).abs().amax(dim=(1, 2))
+        assert (off[chosen != step] < 1e-5).all() and (off[chosen == step] > 1e-3).all()
+    new_logp, entropy, new_values = policy.evaluate({**obs, **stored}, actions)
+    assert (new_logp - logp).abs().max() < 1e-4 and torch.isfinite(entropy).all()
+    torch.testing.assert_close(new_values, values, atol=1e-6, rtol=0)
+    # the log-prob is the stored step's: scoring the same chain at another step gives other values
+    moved = {**obs, **stored, "stored.sde_step": (chosen + 1) % steps}
+    assert (policy.evaluate(moved, actions)[0] - logp).abs().min() > 1e-3
+
+
+def test_one_random_step_is_the_only_string_stochastic_steps_allows():
+    with pytest.raises(ValueError, match="stochastic_steps='last' is not allowed.*'one_random'"):
+        tiny_policy(stochastic_steps="last")
