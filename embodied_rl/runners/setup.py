@@ -401,7 +401,10 @@ def cpus_per_worker(counts: dict[str, int], pinned_to: dict[str, list[str] | Non
 def actor_torch_threads(config: TrainConfig) -> int:
     """Intra-op threads of the actor: 2 for the on-policy learners' few large minibatches; 1 for the off-policy
     learners' hundreds of small gradient steps per round, where two threads spin against each other whenever the
-    other core is busy (SAC's steps ran ~1 s each instead of ~0.03 s beside the env workers on 2 cores)."""
+    other core is busy (SAC's steps ran ~1 s each instead of ~0.03 s beside the env workers on 2 cores);
+    ``placement.actor_threads`` when set."""
+    if config.placement.actor_threads is not None:
+        return config.placement.actor_threads
     return 1 if ALGORITHMS.get(config.algorithm.name).off_policy else 2
 
 

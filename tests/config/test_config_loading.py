@@ -45,6 +45,7 @@ def test_user_yaml_file_is_merged(tmp_path):
     (["algorithm.name=sft", "policy.name=cnn", "env.obs_mode=rgb", "algorithm.update_epochs=2"],
      "algorithm.update_epochs is not a key of algorithm 'sft'"),
     (["placement.offload=sometimes"], "placement.offload='sometimes' is out of range; allowed: auto, never"),
+    (["placement.actor_threads=0"], "placement.actor_threads=0 is out of range; allowed: null or an integer >= 1"),
     (["rollout.weight_sync=carrier_pigeon"],
      "rollout.weight_sync='carrier_pigeon' is out of range; allowed: auto, broadcast, object_store"),
 ])

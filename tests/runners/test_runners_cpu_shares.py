@@ -43,3 +43,15 @@ def test_a_group_spread_over_nodes_counts_its_ranks_round_robin():
     counts = {"env": 3, "rollout": 0, "actor": 0}
     pinned_to = {"env": ["head", "other"], "rollout": None, "actor": None}
     assert cpus_per_worker(counts, pinned_to, {"head": 2.0, "other": 8.0}) == pytest.approx(1.0)  # 2 ranks on head
+
+
+@pytest.mark.parametrize("algorithm, setting, threads", [("ppo", None, 2), ("sac", None, 1), ("sft", 1, 1),
+                                                         ("sac", 3, 3)])
+def test_actor_threads_follow_the_learner_unless_placement_sets_them(algorithm, setting, threads):
+    from embodied_rl.config.loader import load_train_config
+    from embodied_rl.runners.setup import actor_torch_threads
+
+    overrides = [f"algorithm.name={algorithm}", "stages=[]"] + ([f"placement.actor_threads={setting}"] if setting else [])
+    if algorithm == "sac":
+        overrides.append("policy.name=mlp_sac")
+    assert actor_torch_threads(load_train_config("maniskill_pushcube", None, overrides)) == threads
