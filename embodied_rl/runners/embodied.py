@@ -96,11 +96,13 @@ class EmbodiedRunner:
                 turns.start()
                 with turns.training("setup"):
                     if self.resume is not None:
-                        ray.get(workers.actor.call("load_training_state", self.resume.weights,
-                                                   self.resume.trainer_state))
+                        get_within(workers.actor.call("load_training_state", self.resume.weights,
+                                                      self.resume.trainer_state),
+                                   c.fault.hang_timeout_s, "the actor loading the checkpoint")
                     elif c.init_from:
-                        ray.get(workers.actor.call("load_training_state", load_checkpoint(c.init_from).weights,
-                                                   None))
+                        get_within(workers.actor.call("load_training_state", load_checkpoint(c.init_from).weights,
+                                                      None),
+                                   c.fault.hang_timeout_s, f"the actor loading init_from={c.init_from}")
                     if self.supervised:
                         get_within(workers.actor.call("load_demonstrations", load_sft_demonstrations(c)),
                                    c.fault.hang_timeout_s, "the actor loading the demonstrations")

@@ -277,7 +277,8 @@ class Pi0Policy(nn.Module):
     @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False):
         """obs -> ``(actions [B, K, A] ([B, A] when K = 1), logp [B], values [B], {"stored.chain":
-        [B, S+1, K, A_model], "stored.token_logp": [B, M]})``. ``deterministic``: the plain ODE from ``x_1 = 0``, no random draw (logp is still
+        [B, S+1, K, A_model], "stored.token_logp": [B, M]}`` (with ``one_random`` also ``"stored.sde_step": [B]``)).
+        ``deterministic``: the plain ODE from ``x_1 = 0``, no random draw (logp is still
         the chain's density under the stochastic transitions, so ``evaluate`` agrees)."""
         prefix = self._prefix(obs)
         batch = prefix[1].shape[0]
@@ -311,8 +312,8 @@ class Pi0Policy(nn.Module):
             v, hidden = self._velocity(prefix, x, t)
             mean, std = self._transition(x, v, hidden, t, dt)
             here = chosen == step
-            drawn = flow_sde.ode_step(x, v, dt) if deterministic else mean + std * torch.randn(x.shape).to(x.device)
-            x = torch.where(here[:, None, None], drawn, flow_sde.ode_step(x, v, dt))
+            ode = flow_sde.ode_step(x, v, dt)
+            x = ode if deterministic else torch.where(here[:, None, None], mean + std * torch.randn(x.shape).to(x.device), ode)
             logp = self._coordinates(flow_sde.gaussian_log_prob(x, mean, std))
             token_logp = torch.where(here[:, None], logp, token_logp)
             chain.append(x)
