@@ -105,11 +105,19 @@ class RLPDConfig(SACConfig, DemonstrationSettings):
     the ensemble)."""
     learning_starts: int = 0
     """Transitions in the buffer before the first gradient step (demonstrations fill the other half at once)."""
+    bc_weight: float = 0.0
+    """Behaviour cloning on the batch's demonstrations, for fine-tuning a cloned policy (TD3+BC's form): > 0 makes
+    the actor loss SAC's divided by the batch's mean ``|Q|`` plus ``bc_weight`` times the mean squared error between
+    the policy's mean action and the demonstrated one (TD3+BC's alpha 2.5 is 0.4). Without it, SAC's entropy term
+    pulls a clone's saturated actions (gripper closed, full-speed moves) towards 0 while ``Q``'s gradient through a
+    saturated tanh is ~0, and the clone unlearns its grasp within the first actor steps."""
 
     def problems(self) -> Iterator[Problem]:
         yield from super().problems()
         if not 0 < self.demo_ratio < 1:
             yield "demo_ratio", self.demo_ratio, "0 < demo_ratio < 1"
+        if not self.bc_weight >= 0:
+            yield "bc_weight", self.bc_weight, ">= 0"
         yield from self.demo_problems()
 
 
@@ -130,6 +138,13 @@ def actor_loss(q_pi: torch.Tensor, logp: torch.Tensor, alpha: float) -> torch.Te
     """``mean(alpha * log pi(a|s) - Q(s, a))`` over fresh draws ``a``: q_pi ``[n]`` (min over the critics, or
     their mean), logp ``[n]``."""
     return (alpha * logp - q_pi).mean()
+
+
+def actor_loss_with_bc(q_pi: torch.Tensor, logp: torch.Tensor, alpha: float, bc_error: torch.Tensor,
+                       bc_weight: float) -> torch.Tensor:
+    """TD3+BC's form: ``actor_loss / mean(|q_pi|) + bc_weight * bc_error``; q_pi, logp ``[n]``, ``bc_error`` a
+    scalar (mean squared action error on the demonstrations); the scale ``mean|q_pi|`` carries no gradient."""
+    return actor_loss(q_pi, logp, alpha) / q_pi.detach().abs().mean().clamp_min(1e-6) + bc_weight * bc_error
 
 
 def temperature_loss(log_alpha: torch.Tensor, logp: torch.Tensor, target_entropy: float) -> torch.Tensor:
@@ -243,7 +258,7 @@ class SAC(Algorithm):
         from_demos = int(round(c.batch_size * c.demo_ratio))
         online = self.replay.sample(c.batch_size - from_demos, generator)
         demos = self.demos.sample(from_demos, generator)
-        return _cat(online, demos)
+        return dict(_cat(online, demos), demo_rows=from_demos)
 
     def _min_target_q(self, obs, actions, generator: torch.Generator) -> torch.Tensor:
         """Min over the target critics (or over ``q_subsample`` of them drawn at random) ``[n]``."""
@@ -276,7 +291,14 @@ class SAC(Algorithm):
             # RLPD and SAC both take the actor's objective over the mean of the ensemble's opinion when it is
             # larger than a pair; with two critics this is their min, as in SAC.
             q_pi = q_pi.min(dim=0).values if len(q_pi) <= 2 else q_pi.mean(dim=0)
-            pi_loss = actor_loss(q_pi, logp, alpha)
+            bc_weight = getattr(c, "bc_weight", 0.0)
+            if bc_weight > 0 and batch.get("demo_rows", 0) > 0:
+                demo_obs = _tail(batch["obs"], batch["demo_rows"])
+                bc_error = policy.supervised_loss(demo_obs, batch["actions"][-batch["demo_rows"]:])
+                pi_loss = actor_loss_with_bc(q_pi, logp, alpha, bc_error, bc_weight)
+                metrics["bc_loss"] = bc_error.item()
+            else:
+                pi_loss = actor_loss(q_pi, logp, alpha)
             self.actor_optimizer.zero_grad(set_to_none=True)
             pi_loss.backward()
             torch.nn.utils.clip_grad_norm_(self.actor_optimizer.param_groups[0]["params"], c.max_grad_norm)
@@ -321,6 +343,11 @@ class RLPD(SAC):
 
     config_class = RLPDConfig
     uses_demonstrations = True
+
+
+def _tail(obs, n: int):
+    """The last ``n`` rows of an observation batch (array or dict)."""
+    return {k: v[-n:] for k, v in obs.items()} if isinstance(obs, dict) else obs[-n:]
 
 
 def _cat(a, b):

@@ -11,6 +11,7 @@ NOISE_MODES = ("sde", "flow_noise")
 ACTION_NORMALIZATIONS = ("none", "mean_std", "quantile")
 LOGP_DIMS = ("action", "all")
 DTYPES = ("float32", "bfloat16", "float16")
+INITIAL_NOISES = ("gaussian", "zero")
 ONE_RANDOM = "one_random"
 """``stochastic_steps`` value: one denoising step per decision, drawn at random, is stochastic."""
 
@@ -95,6 +96,11 @@ class Pi0Settings:
     ``"one_random"``: one step per decision, drawn uniformly from all of them and stored with the chain (piRL's
     Flow-SDE: a decision's log-prob is then one Gaussian transition, its ratio one step's). The other steps are
     plain ODE steps."""
+    initial_noise: str = "gaussian"
+    """Where a sampled chain starts: ``"gaussian"`` ``x_1 ~ N(0, I)`` (flow matching's sampler); ``"zero"``
+    ``x_1 = 0``, as the deterministic policy does, so the stochastic steps are the policy's only randomness. With
+    one stochastic step per decision most of a group's spread in outcomes otherwise comes from ``x_1``, which the
+    log-prob does not see: GRPO then credits that step's noise with luck it did not cause."""
     logp_dims: str = "action"
     """Dimensions summed into the log-prob and entropy: ``"action"`` the env's action dims, ``"all"`` also the
     padding dims up to ``max_action_dim``."""
@@ -142,6 +148,7 @@ class Pi0Settings:
         _choice("noise_mode", self.noise_mode, NOISE_MODES)
         _choice("action_normalization", self.action_normalization, ACTION_NORMALIZATIONS)
         _choice("logp_dims", self.logp_dims, LOGP_DIMS)
+        _choice("initial_noise", self.initial_noise, INITIAL_NOISES)
         _choice("dtype", self.dtype, DTYPES)
         _choice("tokenizer", self.tokenizer, ("byte", "pretrained"))
         for key in ("num_denoising_steps", "image_size", "patch_size", "layers", "heads", "kv_heads", "head_dim",

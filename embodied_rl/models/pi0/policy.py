@@ -42,8 +42,8 @@ class Pi0Policy(nn.Module):
     zero-padded to the model's state width. The action expert predicts the velocity of the noisy chunk
     ``x_t`` ``[B, K, A_model]`` (actions normalised by ``set_action_statistics``, zero-padded to ``A_model``).
 
-    Sampling (``act``): ``x_1 ~ N(0, I)`` (zeros when deterministic), then ``S = num_denoising_steps`` Euler steps
-    ``t = 1 - i / S -> t - 1 / S``. A stochastic step (``stochastic_steps``, default all) is the Gaussian
+    Sampling (``act``): ``x_1 ~ N(0, I)`` (zeros when deterministic or ``initial_noise="zero"``), then
+    ``S = num_denoising_steps`` Euler steps ``t = 1 - i / S -> t - 1 / S``. A stochastic step (``stochastic_steps``, default all) is the Gaussian
     transition of ``flow_sde`` (Flow-SDE drift-corrected mean, std ``sigma_t sqrt(|dt|)``; or with
     ``noise_mode="flow_noise"`` the ODE mean and a learned std); the other steps are plain ODE steps. The chain
     ``x_1, ..., x_0`` (``[B, S+1, K, A_model]``, float32, unclipped) is returned as ``stored["stored.chain"]``; the
@@ -68,7 +68,7 @@ class Pi0Policy(nn.Module):
                  checkpoint: str | None = None, num_denoising_steps: int = 10, noise_level: float = 0.5,
                  noise_mode: str = "sde", stochastic_steps=None, lora_rank: int = 0,
                  action_normalization: str = "none", logp_dims: str = "action", critic_detach: bool = True,
-                 dtype: str = "float32", settings: dict | None = None):
+                 dtype: str = "float32", initial_noise: str = "gaussian", settings: dict | None = None):
         super().__init__()
         if not obs_shapes or "rgb" not in obs_shapes or len(obs_shapes["rgb"]) != 3 or int(obs_shapes["rgb"][2]) % 3:
             raise ValueError(f"pi0 option obs_shapes={obs_shapes!r} is not allowed; allowed values: a dict with "
@@ -78,7 +78,8 @@ class Pi0Policy(nn.Module):
         overrides = dict(settings or {})
         overrides.update(num_denoising_steps=num_denoising_steps, noise_level=noise_level, noise_mode=noise_mode,
                          stochastic_steps=stochastic_steps, lora_rank=lora_rank, logp_dims=logp_dims,
-                         action_normalization=action_normalization, critic_detach=critic_detach, dtype=dtype)
+                         action_normalization=action_normalization, critic_detach=critic_detach, dtype=dtype,
+                         initial_noise=initial_noise)
         self.settings = Pi0Settings.preset(size, **overrides)
         self.state_dim, self.action_dim, self.action_chunk = int(obs_dim), int(action_dim), int(action_chunk)
         self.cameras = int(obs_shapes["rgb"][2]) // 3
@@ -283,7 +284,8 @@ class Pi0Policy(nn.Module):
         prefix = self._prefix(obs)
         batch = prefix[1].shape[0]
         shape = (batch, self.action_chunk, self.model_action_dim)
-        x = torch.zeros(shape, device=self._device()) if deterministic else torch.randn(shape).to(self._device())
+        from_zero = deterministic or self.settings.initial_noise == "zero"
+        x = torch.zeros(shape, device=self._device()) if from_zero else torch.randn(shape).to(self._device())
         if self.settings.one_random_step:
             return self._act_one_random_step(prefix, x, deterministic)
         chain, token_logp = [x], []

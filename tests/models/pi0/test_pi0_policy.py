@@ -184,3 +184,24 @@ def test_one_random_step_draws_noise_at_each_decisions_stored_step_only(noise_mo
 def test_one_random_step_is_the_only_string_stochastic_steps_allows():
     with pytest.raises(ValueError, match="stochastic_steps='last' is not allowed.*'one_random'"):
         tiny_policy(stochastic_steps="last")
+
+
+def test_zero_initial_noise_leaves_the_stochastic_step_as_the_only_randomness():
+    """``initial_noise="zero"``: sampled chains start where the deterministic one does (``x_1 = 0``), so up to
+    their stochastic step they are the deterministic chain; log-probs still agree with ``evaluate``."""
+    steps = 4
+    policy = tiny_policy(chunk=2, steps=steps, stochastic_steps="one_random", initial_noise="zero")
+    obs = observations(batch=16)
+    torch.manual_seed(5)
+    actions, logp, _, stored = policy.act(obs)
+    chain, chosen = stored[CHAIN_KEY], stored["stored.sde_step"]
+    assert torch.equal(chain[:, 0], torch.zeros_like(chain[:, 0]))
+    deterministic = policy.act(obs, deterministic=True)[3][CHAIN_KEY]
+    first = chosen > 0  # rows whose first step is an ODE step: it equals the deterministic chain's
+    torch.testing.assert_close(chain[first, 1], deterministic[first, 1], atol=1e-6, rtol=0)
+    new_logp = policy.evaluate({**obs, **stored}, actions)[0]
+    assert (new_logp - logp).abs().max() < 1e-4
+    gaussian = tiny_policy(chunk=2, steps=steps, stochastic_steps="one_random")
+    assert gaussian.act(obs)[3][CHAIN_KEY][:, 0].abs().max() > 0.5  # the default draws x_1 ~ N(0, I)
+    with pytest.raises(ValueError, match="initial_noise='ones' is not allowed.*'gaussian', 'zero'"):
+        tiny_policy(initial_noise="ones")
