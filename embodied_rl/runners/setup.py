@@ -434,7 +434,7 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     fault = config.fault
     standby = int(config.autoscale.enabled) if standby_workers is None else standby_workers
     env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=task, standby=standby,
-                      start_timeout_s=fault.start_timeout_s, answer_timeout_s=2 * fault.hang_timeout_s,
+                      start_timeout_s=fault.start_timeout_s, answer_timeout_s=3 * fault.hang_timeout_s,
                       put_timeout_s=fault.hang_timeout_s,
                       envs_per_worker=config.env.envs_per_worker, env_options=env_options(config),
                       channel=channel, seed=config.seed + env_seed_offset,

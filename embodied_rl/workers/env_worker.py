@@ -22,8 +22,10 @@ SAMPLE_STREAMS = {"eval": 1}
 
 ANSWER_TIMEOUT_S = 600.0
 """How long an env worker waits for the answer to one request before it fails (the driver then replaces it):
-far longer than any forward pass, so only a rollout side that hangs without dying reaches it. Runs pass twice
-``fault.hang_timeout_s``: the driver replaces a hung rollout worker first, and this worker then resends."""
+far longer than any forward pass, so only a rollout side that hangs without dying reaches it. Runs pass three times
+``fault.hang_timeout_s``: the driver finds a hung rollout worker within one and replaces it (a process start,
+seconds, longer on starved cores; with twice, env workers beside a busy test run timed out first), and this worker
+then resends."""
 
 PUT_TIMEOUT_S = 300.0
 """How long an env worker's trajectory may wait for the actor's channel (runs pass ``fault.hang_timeout_s``)."""

