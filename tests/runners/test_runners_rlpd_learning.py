@@ -21,11 +21,12 @@ def test_rlpd_from_scratch_raises_pushcube_success_at_the_standard_limit(cluster
         "env.max_episode_steps=50", "env.num_workers=2", "env.envs_per_worker=8",
         "algorithm.demo_episodes=50", "algorithm.demo_planner_speed=2.0", "algorithm.utd_ratio=0.5",
         "algorithm.init_alpha=0.1", "total_env_steps=12000", "eval.every_iterations=5", "eval.num_episodes=32",
-        "checkpoint.every_iterations=0", "seed=0"])
+        "checkpoint.every_iterations=0", "seed=0",
+        "deterministic=true"])  # the run depends on the seed, not on how Ray batched requests (0.22 < 0.25 once)
     EmbodiedRunner(config, tmp_path / "run").run()
 
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    first = [r["train/success_once"] for r in rows[:2]]
+    first = [rows[0]["train/success_once"]]  # the random policy's round (the second already follows one update)
     evaluations = [r["eval/success_once"] for r in rows if "eval/success_once" in r]
     assert max(first) <= 0.1, f"a random policy should rarely push the cube onto the goal: {first}"
     assert len(evaluations) >= 2 and max(evaluations) >= 0.25, \
