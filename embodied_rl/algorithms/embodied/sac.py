@@ -108,9 +108,8 @@ class RLPDConfig(SACConfig, DemonstrationSettings):
     bc_weight: float = 0.0
     """Behaviour cloning on the batch's demonstrations, for fine-tuning a cloned policy (TD3+BC's form): > 0 makes
     the actor loss SAC's divided by the batch's mean ``|Q|`` plus ``bc_weight`` times the mean squared error between
-    the policy's mean action and the demonstrated one (TD3+BC's alpha 2.5 is 0.4). Without it, SAC's entropy term
-    pulls a clone's saturated actions (gripper closed, full-speed moves) towards 0 while ``Q``'s gradient through a
-    saturated tanh is ~0, and the clone unlearns its grasp within the first actor steps."""
+    the policy's mean action and the demonstrated one (TD3+BC's alpha 2.5 is 0.4): it holds the actor near the
+    demonstrated actions where a young critic would pull it elsewhere."""
 
     def problems(self) -> Iterator[Problem]:
         yield from super().problems()
