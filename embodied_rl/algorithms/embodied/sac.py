@@ -290,14 +290,7 @@ class SAC(Algorithm):
             # RLPD and SAC both take the actor's objective over the mean of the ensemble's opinion when it is
             # larger than a pair; with two critics this is their min, as in SAC.
             q_pi = q_pi.min(dim=0).values if len(q_pi) <= 2 else q_pi.mean(dim=0)
-            bc_weight = getattr(c, "bc_weight", 0.0)
-            if bc_weight > 0 and batch.get("demo_rows", 0) > 0:
-                demo_obs = _tail(batch["obs"], batch["demo_rows"])
-                bc_error = policy.supervised_loss(demo_obs, batch["actions"][-batch["demo_rows"]:])
-                pi_loss = actor_loss_with_bc(q_pi, logp, alpha, bc_error, bc_weight)
-                metrics["bc_loss"] = bc_error.item()
-            else:
-                pi_loss = actor_loss(q_pi, logp, alpha)
+            pi_loss = self.actor_objective(batch, q_pi, logp, alpha, metrics)
             self.actor_optimizer.zero_grad(set_to_none=True)
             pi_loss.backward()
             torch.nn.utils.clip_grad_norm_(self.actor_optimizer.param_groups[0]["params"], c.max_grad_norm)
@@ -312,6 +305,11 @@ class SAC(Algorithm):
                 metrics["alpha_loss"] = a_loss.item()
         polyak(self.target_critics, policy.critic_q, c.tau)
         return metrics
+
+    def actor_objective(self, batch: dict, q_pi: torch.Tensor, logp: torch.Tensor, alpha: float,
+                        metrics: dict) -> torch.Tensor:
+        """The actor's loss on ``batch`` from fresh draws' ``q_pi`` and ``logp`` ``[n]``: SAC's."""
+        return actor_loss(q_pi, logp, alpha)
 
     # --- checkpoints ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -342,6 +340,15 @@ class RLPD(SAC):
 
     config_class = RLPDConfig
     uses_demonstrations = True
+
+    def actor_objective(self, batch, q_pi, logp, alpha, metrics):
+        """SAC's, or with ``bc_weight`` TD3+BC's on the batch's demonstration rows (the last ``demo_rows``)."""
+        rows = batch.get("demo_rows", 0)
+        if not (self.config.bc_weight > 0 and rows > 0):
+            return actor_loss(q_pi, logp, alpha)
+        bc_error = self.policy.supervised_loss(_tail(batch["obs"], rows), batch["actions"][-rows:])
+        metrics["bc_loss"] = bc_error.item()
+        return actor_loss_with_bc(q_pi, logp, alpha, bc_error, self.config.bc_weight)
 
 
 def _tail(obs, n: int):

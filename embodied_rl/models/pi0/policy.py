@@ -43,11 +43,11 @@ class Pi0Policy(nn.Module):
     ``x_t`` ``[B, K, A_model]`` (actions normalised by ``set_action_statistics``, zero-padded to ``A_model``).
 
     Sampling (``act``): ``x_1 ~ N(0, I)`` (zeros when deterministic or ``initial_noise="zero"``), then
-    ``S = num_denoising_steps`` Euler steps ``t = 1 - i / S -> t - 1 / S``. A stochastic step (``stochastic_steps``, default all) is the Gaussian
-    transition of ``flow_sde`` (Flow-SDE drift-corrected mean, std ``sigma_t sqrt(|dt|)``; or with
-    ``noise_mode="flow_noise"`` the ODE mean and a learned std); the other steps are plain ODE steps. The chain
-    ``x_1, ..., x_0`` (``[B, S+1, K, A_model]``, float32, unclipped) is returned as ``stored["stored.chain"]``; the
-    action is ``x_0``, unnormalised. Deterministic mode runs the ODE from zeros (no noise at all).
+    ``S = num_denoising_steps`` Euler steps ``t = 1 - i / S -> t - 1 / S``. A stochastic step
+    (``stochastic_steps``, default all) is the Gaussian transition of ``flow_sde`` (Flow-SDE drift-corrected mean,
+    std ``sigma_t sqrt(|dt|)``; or with ``noise_mode="flow_noise"`` the ODE mean and a learned std); the other steps
+    are plain ODE steps. The chain ``x_1, ..., x_0`` (``[B, S+1, K, A_model]``, float32, unclipped) is returned as
+    ``stored["stored.chain"]``; the action is ``x_0``, unnormalised. Deterministic mode runs the ODE from zeros (no noise at all).
 
     Log-prob of a decision = the sum over stochastic steps, chunk steps and the summed dims (``logp_dims``:
     the env's action dims, or all ``A_model``) of the transitions' Gaussian log-densities ``log N(x_{i+1};
@@ -315,7 +315,10 @@ class Pi0Policy(nn.Module):
             mean, std = self._transition(x, v, hidden, t, dt)
             here = chosen == step
             ode = flow_sde.ode_step(x, v, dt)
-            x = ode if deterministic else torch.where(here[:, None, None], mean + std * torch.randn(x.shape).to(x.device), ode)
+            if not deterministic:
+                drawn = mean + std * torch.randn(x.shape).to(x.device)
+                ode = torch.where(here[:, None, None], drawn, ode)
+            x = ode
             logp = self._coordinates(flow_sde.gaussian_log_prob(x, mean, std))
             token_logp = torch.where(here[:, None], logp, token_logp)
             chain.append(x)
