@@ -26,7 +26,7 @@ STEP_WEIGHTINGS = ("step", "episode")
 @dataclass
 class GRPOConfig(UpdateConfig):
     name: str = "grpo"
-    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sft)."""
+    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sac, rlpd, sft)."""
     group_size: int = 8
     """G: envs per group that start from the same initial state (the total env count must be a multiple)."""
     score: str = "success"

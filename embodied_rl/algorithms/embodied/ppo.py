@@ -16,7 +16,7 @@ from embodied_rl.algorithms.losses import value_loss
 @dataclass
 class PPOConfig(UpdateConfig):
     name: str = "ppo"
-    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sft)."""
+    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sac, rlpd, sft)."""
     gamma: float = 0.8
     """Discount factor."""
     gae_lambda: float = 0.9

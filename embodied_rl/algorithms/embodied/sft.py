@@ -42,7 +42,7 @@ class DemonstrationSettings:
 @dataclass
 class SFTConfig(OptimizerConfig, DemonstrationSettings):
     name: str = "sft"
-    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sft)."""
+    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sac, rlpd, sft)."""
     lr: float = 1e-3
     """Adam learning rate."""
     max_grad_norm: float = 1.0
