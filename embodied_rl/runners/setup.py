@@ -12,6 +12,7 @@ import sim_envs
 from embodied_rl.algorithms.embodied import ALGORITHMS
 from embodied_rl.config.schema import TrainConfig, resolve_placement, slots_are_gpus
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
+from embodied_rl.runtime.worker import Prestarted
 from embodied_rl.runtime.channel import ChannelTimeout
 from embodied_rl.runners.resize import (MAX_WORKER_RESTARTS, REPLACEMENT_SEED_STRIDE, Resizing,  # noqa: F401
                                         ScaleError, ScaleRolledBack)
@@ -433,6 +434,23 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     gpus = lambda component: None if on_cpu else placement.slots[component]  # noqa: E731
     fault = config.fault
     standby = int(config.autoscale.enabled) if standby_workers is None else standby_workers
+    # The rollout and actor processes start (and import torch) while the env workers build their simulators,
+    # whose shapes the policy needs (a tiny run on a loaded 2-core machine: 25-27 s of start-up before, 17-21 s after).
+    early = {"rollout": Prestarted(RolloutWorker, config.rollout.num_workers, cpus, node_ids_for(config, "rollout"))}
+    if with_actor:
+        early["actor"] = Prestarted(ActorWorker, 1, cpus, node_ids_for(config, "actor"))
+    try:
+        return _start_groups(config, task, channel, cpus, cores, gpus, standby, early, env_seed_offset)
+    except BaseException:
+        for processes in early.values():
+            processes.kill()
+        raise
+
+
+def _start_groups(config: TrainConfig, task, channel: Channel, cpus: float, cores, gpus, standby: int,
+                  early: dict[str, Prestarted], env_seed_offset: int) -> EmbodiedWorkers:
+    """``start_workers``' groups, in the processes ``early`` started for rollout and actor."""
+    fault, with_actor, placement = config.fault, "actor" in early, resolve_placement(config)
     env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=task, standby=standby,
                       start_timeout_s=fault.start_timeout_s, answer_timeout_s=3 * fault.hang_timeout_s,
                       put_timeout_s=fault.hang_timeout_s,
@@ -451,11 +469,13 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
                        hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std,
                        **observation_spec(obs_shape), **policy_size(config), **dict(config.policy.options))
     rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
-                          start_timeout_s=fault.start_timeout_s, standby=standby, policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
+                          start_timeout_s=fault.start_timeout_s, standby=standby, prestarted=early["rollout"],
+                          policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
                           gpu_slots=gpus("rollout"), node_ids=node_ids_for(config, "rollout"))
     actor = None
     if with_actor:
         actor = WorkerGroup(ActorWorker, "actor", 1, cpus_per_worker=cpus, policy=policy_spec,
+                            prestarted=early["actor"],
                             start_timeout_s=fault.start_timeout_s, trajectory_timeout_s=fault.hang_timeout_s,
                             algorithm=config.algorithm, channel=channel, seed=config.seed,
                             torch_threads=actor_torch_threads(config), cpu_slots=cores("actor"),

@@ -155,6 +155,43 @@ def _standby_class(worker_class: type) -> type:
     return Standby
 
 
+def _rank_options(cpus_per_worker: float, node_ids: list[str] | None, rank: int) -> dict[str, Any]:
+    """Ray actor options of a group's rank: its CPU slots and, with ``node_ids``, its node."""
+    options: dict[str, Any] = dict(num_cpus=cpus_per_worker, max_concurrency=1)
+    if node_ids:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_ids[rank % len(node_ids)], soft=False)
+    return options
+
+
+class Prestarted:
+    """A group's processes started before its constructor arguments are known (``WorkerGroup(prestarted=...)``):
+    each holds its rank's resources and has imported the worker's modules (``prepare_process``), so the start-up
+    of one group overlaps what another group's arguments wait for (e.g. the rollout and actor processes start
+    while the env workers build the simulators that give the policy its shapes)."""
+
+    def __init__(self, worker_class: type, num_workers: int, cpus_per_worker: float = 1.0,
+                 node_ids: list[str] | None = None):
+        self.worker_class, self.cpus_per_worker, self.node_ids = worker_class, cpus_per_worker, node_ids
+        groups = getattr(worker_class, "CONCURRENCY_GROUPS", None)
+        remote = ray.remote(concurrency_groups=groups) if groups else ray.remote
+        standby_class = remote(_standby_class(worker_class))
+        self.processes = [standby_class.options(**_rank_options(cpus_per_worker, node_ids, rank)).remote()
+                          for rank in range(num_workers)]
+
+    def check(self, worker_class: type, num_workers: int, cpus_per_worker: float, node_ids) -> None:
+        if (worker_class, num_workers, cpus_per_worker, node_ids) != \
+                (self.worker_class, len(self.processes), self.cpus_per_worker, self.node_ids):
+            raise ValueError(f"prestarted {len(self.processes)} x {self.worker_class.__name__} "
+                             f"({self.cpus_per_worker} CPUs, nodes {self.node_ids}) do not fit a group of "
+                             f"{num_workers} x {worker_class.__name__} ({cpus_per_worker} CPUs, nodes {node_ids})")
+
+    def kill(self) -> None:
+        for process in self.processes:
+            ray.kill(process, no_restart=True)
+
+
 class WorkerGroup:
     """``num_workers`` Ray actors of ``worker_class``, ranks 0..n-1, each with ``cpus_per_worker`` CPU slots.
 
@@ -163,12 +200,13 @@ class WorkerGroup:
     ``standby``: processes kept started beside the group (Ray actors of the class, declaring no CPUs, that ran
     ``prepare_process`` and constructed nothing); a worker added or replaced later is constructed in one of them
     (skipping process start-up and module imports), and another is started for the next time. Not with
-    ``node_ids`` (a standby process is not on a chosen node).
+    ``node_ids`` (a standby process is not on a chosen node). ``prestarted``: the ranks' processes, already started
+    (``Prestarted``), in which the ranks are constructed.
     """
 
     def __init__(self, worker_class: type, name: str, num_workers: int, cpus_per_worker: float = 1.0,
                  node_ids: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S, standby: int = 0,
-                 **worker_kwargs: Any):
+                 prestarted: "Prestarted | None" = None, **worker_kwargs: Any):
         if num_workers < 1:
             raise ValueError(f"worker group {name!r} needs at least one worker, got {num_workers}")
         self.name = name
@@ -185,7 +223,13 @@ class WorkerGroup:
         self._standby_class = remote(_standby_class(worker_class)) if self.standby else None
         self._standby: list = []  # started standby processes, oldest first
         self._constructing: dict[int, Any] = {}  # rank -> reference of ``construct`` in a standby process
-        self.workers = [self._start(rank) for rank in range(num_workers)]
+        if prestarted is not None:
+            prestarted.check(worker_class, num_workers, cpus_per_worker, self.node_ids)
+            self.workers = list(prestarted.processes)
+            for rank, worker in enumerate(self.workers):
+                self._constructing[rank] = worker.construct.remote(**self._rank_kwargs(rank))
+        else:
+            self.workers = [self._start(rank) for rank in range(num_workers)]
         # Wait until every rank has finished constructing (and subscribed to its channel keys), so the first
         # messages see all members; a constructor's exception, or a worker Ray cannot place, fails here.
         try:
@@ -195,19 +239,16 @@ class WorkerGroup:
             raise
         self._refill_standby()
 
+    def _rank_kwargs(self, rank: int, **overrides: Any) -> dict:
+        return dict(group=self.name, rank=rank, world_size=self.world_size, **dict(self.worker_kwargs, **overrides))
+
     def _start(self, rank: int, **overrides: Any):
-        kwargs = dict(group=self.name, rank=rank, world_size=self.world_size, **dict(self.worker_kwargs, **overrides))
+        kwargs = self._rank_kwargs(rank, **overrides)
         if self._standby:
             worker = self._standby.pop(0)
             self._constructing[rank] = worker.construct.remote(**kwargs)
             return worker
-        options: dict[str, Any] = dict(num_cpus=self.cpus_per_worker, max_concurrency=1)
-        if self.node_ids:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.node_ids[rank % len(self.node_ids)],
-                                                                            soft=False)
-        return self._remote_class.options(**options).remote(**kwargs)
+        return self._remote_class.options(**_rank_options(self.cpus_per_worker, self.node_ids, rank)).remote(**kwargs)
 
     def wait_standby(self, timeout_s: float | None = None) -> None:
         """Wait until the standby processes have prepared (e.g. before measuring something they would slow)."""

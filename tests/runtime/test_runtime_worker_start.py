@@ -58,3 +58,30 @@ def test_get_within_names_what_it_waited_for(cluster):
 
     with pytest.raises(DeadlineExceeded, match=r"^the sleeper did not finish within 0.5 s$"):
         get_within(sleeper.remote(), 0.5, "the sleeper")
+
+
+class RecordsItsArguments(Worker):
+    def __init__(self, label: str, **kwargs):
+        super().__init__(**kwargs)
+        self.label = label
+
+    def described(self) -> tuple:
+        import os
+
+        return self.label, self.rank, os.getpid()
+
+
+def test_prestarted_processes_become_the_ranks_with_arguments_known_later(cluster):
+    from embodied_rl.runtime.worker import Prestarted
+
+    early = Prestarted(RecordsItsArguments, 2, cpus_per_worker=0.1)
+    pids = ray.get([process.process_id.remote() for process in early.processes], timeout=60)
+    with pytest.raises(ValueError, match="do not fit a group of 3 x RecordsItsArguments"):
+        WorkerGroup(RecordsItsArguments, "late", 3, cpus_per_worker=0.1, prestarted=early, label="x")
+    group = WorkerGroup(RecordsItsArguments, "late", 2, cpus_per_worker=0.1, prestarted=early, label="known now")
+    try:
+        described = ray.get(group.call("described"), timeout=60)
+        assert described == [("known now", 0, pids[0]), ("known now", 1, pids[1])]  # the same processes, constructed
+        assert ray.get(group.call("ping"), timeout=30) == ["late:0", "late:1"]
+    finally:
+        group.kill()
