@@ -440,17 +440,17 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     if with_actor:
         early["actor"] = Prestarted(ActorWorker, 1, cpus, node_ids_for(config, "actor"))
     try:
-        return _start_groups(config, task, channel, cpus, cores, gpus, standby, early, env_seed_offset)
+        return _start_groups(config, task, channel, cpus, placement, cores, gpus, standby, early, env_seed_offset)
     except BaseException:
         for processes in early.values():
             processes.kill()
         raise
 
 
-def _start_groups(config: TrainConfig, task, channel: Channel, cpus: float, cores, gpus, standby: int,
+def _start_groups(config: TrainConfig, task, channel: Channel, cpus: float, placement, cores, gpus, standby: int,
                   early: dict[str, Prestarted], env_seed_offset: int) -> EmbodiedWorkers:
     """``start_workers``' groups, in the processes ``early`` started for rollout and actor."""
-    fault, with_actor, placement = config.fault, "actor" in early, resolve_placement(config)
+    fault, with_actor = config.fault, "actor" in early
     env = WorkerGroup(EnvWorker, "env", config.env.num_workers, cpus_per_worker=cpus, task=task, standby=standby,
                       start_timeout_s=fault.start_timeout_s, answer_timeout_s=3 * fault.hang_timeout_s,
                       put_timeout_s=fault.hang_timeout_s,

@@ -155,6 +155,13 @@ def _standby_class(worker_class: type) -> type:
     return Standby
 
 
+def _ray_class(worker_class: type, standby: bool = False):
+    """``worker_class`` as a Ray actor class with its ``CONCURRENCY_GROUPS`` (``standby``: its ``_standby_class``)."""
+    groups = getattr(worker_class, "CONCURRENCY_GROUPS", None)
+    remote = ray.remote(concurrency_groups=groups) if groups else ray.remote
+    return remote(_standby_class(worker_class) if standby else worker_class)
+
+
 def _rank_options(cpus_per_worker: float, node_ids: list[str] | None, rank: int) -> dict[str, Any]:
     """Ray actor options of a group's rank: its CPU slots and, with ``node_ids``, its node."""
     options: dict[str, Any] = dict(num_cpus=cpus_per_worker, max_concurrency=1)
@@ -174,9 +181,7 @@ class Prestarted:
     def __init__(self, worker_class: type, num_workers: int, cpus_per_worker: float = 1.0,
                  node_ids: list[str] | None = None):
         self.worker_class, self.cpus_per_worker, self.node_ids = worker_class, cpus_per_worker, node_ids
-        groups = getattr(worker_class, "CONCURRENCY_GROUPS", None)
-        remote = ray.remote(concurrency_groups=groups) if groups else ray.remote
-        standby_class = remote(_standby_class(worker_class))
+        standby_class = _ray_class(worker_class, standby=True)
         self.processes = [standby_class.options(**_rank_options(cpus_per_worker, node_ids, rank)).remote()
                           for rank in range(num_workers)]
 
@@ -216,11 +221,9 @@ class WorkerGroup:
         self.start_timeout_s = start_timeout_s
         self.worker_kwargs = worker_kwargs
         self.world_size = num_workers
-        groups = getattr(worker_class, "CONCURRENCY_GROUPS", None)
-        remote = ray.remote(concurrency_groups=groups) if groups else ray.remote
-        self._remote_class = remote(worker_class)
+        self._remote_class = _ray_class(worker_class)
         self.standby = 0 if node_ids else standby
-        self._standby_class = remote(_standby_class(worker_class)) if self.standby else None
+        self._standby_class = _ray_class(worker_class, standby=True) if self.standby else None
         self._standby: list = []  # started standby processes, oldest first
         self._constructing: dict[int, Any] = {}  # rank -> reference of ``construct`` in a standby process
         if prestarted is not None:
