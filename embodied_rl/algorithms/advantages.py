@@ -4,9 +4,10 @@ Two families:
 
 * `gae`: per-step advantages for environment rollouts laid out `[T, B]`
   (T time steps, B parallel envs).
-* group/batch estimators (`grpo`, `dr_grpo`, `rloo`, `reinforce++`): one scalar
-  score per sampled response, `[N]`. Group estimators expect the scores laid out
-  group-contiguous: `[g0 x G, g1 x G, ...]` with G = `group_size`.
+* group/batch estimators (`grpo`, `dr_grpo`, `rloo`, `reinforce_pp`), registered in
+  `ADVANTAGE_ESTIMATORS` with one signature `(scores [N], group_size) -> [N]`: one scalar
+  score per sampled response or episode, laid out group-contiguous:
+  `[g0 x G, g1 x G, ...]` with G = `group_size`. `group_family` dispatches on them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ def _as_float(x: torch.Tensor) -> torch.Tensor:
     return x if x.is_floating_point() else x.float()
 
 
-@ADVANTAGE_ESTIMATORS.register("gae")
 def gae(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -149,11 +149,23 @@ def rloo_advantages(scores: torch.Tensor, group_size: int) -> torch.Tensor:
     return (grouped - others_mean).reshape(-1)
 
 
-@ADVANTAGE_ESTIMATORS.register("reinforce++")
-def reinforce_plus_plus_advantages(scores: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+@ADVANTAGE_ESTIMATORS.register("reinforce_pp")
+def reinforce_plus_plus_advantages(scores: torch.Tensor, group_size: int = 1, eps: float = 1e-6) -> torch.Tensor:
     """REINFORCE++: `[N]` scores normalized over the whole batch,
-    (s - mean) / (std + eps) with the unbiased std (0 when N == 1)."""
+    (s - mean) / (std + eps) with the unbiased std (0 when N == 1). `group_size` is taken for the
+    registry's one signature and not used: the batch is one group."""
     if scores.dim() != 1:
         raise ValueError(f"scores must be 1-D [N], got shape {tuple(scores.shape)}")
     scores = _as_float(scores)
     return (scores - scores.mean()) / (_std_or_zero(scores, dim=0) + eps)
+
+
+def kept_group_advantages(scores: torch.Tensor, keep: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """GFPO: GRPO advantages among the kept members of each group. `scores` `[N]` and `keep` `[N]` bool,
+    group-contiguous -> `[N]`: (s - mean of the kept) / (unbiased std of the kept + eps) for the kept, 0 for
+    the others (a group with one kept member gets 0)."""
+    grouped, kept = _grouped(scores, group_size), keep.view(-1, group_size).to(torch.float32)
+    count = kept.sum(1, keepdim=True)
+    mean = (grouped * kept).sum(1, keepdim=True) / count.clamp(min=1)
+    var = (((grouped - mean) * kept) ** 2).sum(1, keepdim=True) / (count - 1).clamp(min=1)
+    return ((grouped - mean) / (var.sqrt() + eps) * kept).reshape(-1)

@@ -11,9 +11,11 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .registry import POLICY_LOSSES
-
-RATIO_LEVELS = ("token", "sequence")
+RATIO_LEVELS = ("decision", "token", "sequence")
+"""Where an importance ratio is taken, in both worlds: 'decision' (one per env step: the product over the factors of
+its action), 'token' (one per response token, or per factor of a decision: an OpenVLA action token, a Pi0
+coordinate), 'sequence' (one per response or episode: GSPO). On the ``[B, L]`` tensors of ``policy_loss`` a
+decision is a row element like a token."""
 AGG_MODES = (
     "token-mean",
     "seq-mean-token-mean",
@@ -57,7 +59,6 @@ def aggregate_loss(loss: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Te
     raise ValueError(f"unknown agg {agg!r}; allowed: {', '.join(AGG_MODES)}")
 
 
-@POLICY_LOSSES.register("ppo")
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -79,7 +80,7 @@ def policy_loss(
         clip_low, clip_high: ratio is clipped to [1 - clip_low, 1 + clip_high]
             (asymmetric "clip-higher" when they differ).
         dual_clip: optional c > 1; for A < 0 the loss is capped at c * |A|.
-        level: "token" -> ratio_t = exp(logp_t - old_logp_t);
+        level: "token" or "decision" -> ratio_t = exp(logp_t - old_logp_t);
             "sequence" (GSPO) -> one ratio per sequence,
             exp(masked mean over tokens of (logp - old_logp)), used for all its tokens.
         agg: see `aggregate_loss`.

@@ -1,19 +1,8 @@
-"""The GRPO family for text, composed from the tested tensor functions: which advantage estimator, which ratio level,
-clip range, loss aggregation, filters and reward shaping each named algorithm uses.
+"""The GRPO family on text: a response is a sequence of tokens, each group the G responses to one prompt. The
+members and their defaults are ``group_family.FAMILY``, shared with embodied tasks; this adds what only text has
+(overlong shaping of long responses, TIS against a quantised rollout copy).
 
 Batches are group-contiguous: N = P x G responses, the G responses to one prompt next to each other.
-
-| name | advantages | ratio | clip (low, high) | aggregation | extras |
-|---|---|---|---|---|---|
-| grpo | (s - mean) / std per group | token | 0.2, 0.2 | seq-mean-token-mean | KL to a reference (k1/k2/k3) |
-| dr_grpo | s - mean per group | token | 0.2, 0.2 | seq-mean-token-sum-norm | |
-| dapo | (s - mean) / std | token | 0.2, 0.28 | token-mean | dynamic sampling, overlong shaping |
-| gspo | (s - mean) / std | sequence | 3e-4, 4e-4 | seq-mean-token-mean | |
-| gfpo | (s - mean) / std over the kept | token | 0.2, 0.2 | token-mean | keep the k shortest of each group |
-| rloo | s - mean of the other G - 1 | token | 0.2, 0.2 | seq-mean-token-mean | |
-| reinforce_pp | (s - mean) / std over the batch | token | 0.2, 0.2 | token-mean | |
-
-Every setting can be overridden in the config (``clip_high``, ``loss_agg``, ...); None keeps the algorithm's own.
 """
 
 from __future__ import annotations
@@ -23,31 +12,18 @@ from typing import Iterator, Optional
 
 import torch
 
-from embodied_rl.algorithms.advantages import (dr_grpo_advantages, grpo_advantages, reinforce_plus_plus_advantages,
-                                               rloo_advantages)
 from embodied_rl.algorithms.correction import truncated_is_weights
-from embodied_rl.algorithms.filters import dynamic_sampling_mask, gfpo_keep_mask
+from embodied_rl.algorithms.group_family import FAMILY, group_advantages
 from embodied_rl.algorithms.losses import AGG_MODES, KL_KINDS, aggregate_loss, kl_penalty, policy_loss
 from embodied_rl.algorithms.shaping import overlong_penalty
 
-PRESETS = {
-    "grpo": dict(advantages="grpo", level="token", clip_low=0.2, clip_high=0.2, loss_agg="seq-mean-token-mean"),
-    "dr_grpo": dict(advantages="dr_grpo", level="token", clip_low=0.2, clip_high=0.2,
-                    loss_agg="seq-mean-token-sum-norm"),
-    "dapo": dict(advantages="grpo", level="token", clip_low=0.2, clip_high=0.28, loss_agg="token-mean",
-                 dynamic_sampling=True),
-    "gspo": dict(advantages="grpo", level="sequence", clip_low=3e-4, clip_high=4e-4, loss_agg="seq-mean-token-mean"),
-    "gfpo": dict(advantages="grpo", level="token", clip_low=0.2, clip_high=0.2, loss_agg="token-mean"),
-    "rloo": dict(advantages="rloo", level="token", clip_low=0.2, clip_high=0.2, loss_agg="seq-mean-token-mean"),
-    "reinforce_pp": dict(advantages="reinforce_pp", level="token", clip_low=0.2, clip_high=0.2,
-                         loss_agg="token-mean"),
-}
+TEXT_RATIO_LEVELS = ("token", "sequence")
 
 
 @dataclass
 class TextRLConfig:
     name: str = "grpo"
-    """One of ``PRESETS``: grpo, dr_grpo, dapo, gspo, gfpo, rloo, reinforce_pp."""
+    """A member of the GRPO family (``group_family.FAMILY``): grpo, dr_grpo, dapo, gspo, gfpo, rloo, reinforce_pp."""
     group_size: int = 8
     """Responses sampled per prompt."""
     clip_low: Optional[float] = None
@@ -57,8 +33,14 @@ class TextRLConfig:
     kl_coef: float = 0.0
     """Weight of the KL to the frozen reference policy (the model as RL starts)."""
     kl_kind: str = "k3"
+    ratio_level: Optional[str] = None
+    """'token' or 'sequence' (GSPO's one ratio per response); None: the algorithm's."""
     dynamic_sampling: Optional[bool] = None
     """Drop groups whose responses all scored the same (they carry no signal); DAPO's default."""
+    max_sampling_rounds: int = 1
+    """With dynamic sampling: sample further prompts, up to this many rounds per iteration, until
+    ``rl.prompts_per_iteration`` groups with differing scores are in hand (DAPO's resample-to-fill); 1: only drop
+    the uninformative groups."""
     overlong_max_len: Optional[int] = None
     """DAPO's soft overlong punishment: responses longer than ``overlong_max_len - overlong_cache`` lose up to 1."""
     overlong_cache: int = 8
@@ -69,13 +51,23 @@ class TextRLConfig:
     each token's loss is weighted by min(p_train_old / p_rollout, tis_cap); None: off."""
 
     def setting(self, key: str):
+        """The config's value of ``key``, or the member's default where it is None."""
         value = getattr(self, key, None)
-        return PRESETS[self.name].get(key) if value is None else value
+        if value is not None:
+            return value
+        if key == "ratio_level":
+            return "sequence" if FAMILY[self.name].sequence_ratio else "token"
+        return getattr(FAMILY[self.name], key)
 
     def problems(self) -> Iterator[tuple]:
-        if self.name not in PRESETS:
-            yield "name", self.name, ", ".join(PRESETS)
+        if self.name not in FAMILY:
+            yield "name", self.name, ", ".join(FAMILY) + " (the others run on embodied tasks only)"
             return
+        if self.ratio_level is not None and self.ratio_level not in TEXT_RATIO_LEVELS:
+            yield "ratio_level", self.ratio_level, ", ".join(TEXT_RATIO_LEVELS)
+        if self.max_sampling_rounds < 1 or (self.max_sampling_rounds > 1 and not self.setting("dynamic_sampling")):
+            yield ("max_sampling_rounds", self.max_sampling_rounds,
+                   "1, or more with dynamic sampling (algorithm.name=dapo or algorithm.dynamic_sampling=true)")
         if self.group_size < 1 or (self.name == "rloo" and self.group_size < 2):
             yield "group_size", self.group_size, "an integer >= 1 (rloo: >= 2)"
         if self.setting("loss_agg") not in AGG_MODES:
@@ -97,37 +89,15 @@ def advantages(scores: torch.Tensor, lengths: torch.Tensor, config: TextRLConfig
     Overlong shaping is added to the scores first; GFPO keeps the shortest of each group and normalises within the
     kept; dynamic sampling drops groups with one score for all. Dropped responses get advantage 0 and keep False.
     """
-    G = config.group_size
     scores = scores.float()
     metrics = {}
     if config.overlong_max_len is not None:
         penalty = overlong_penalty(lengths, config.overlong_max_len, config.overlong_cache)
         scores = scores + penalty
         metrics["reward/overlong_penalty"] = penalty.mean().item()
-    keep = torch.ones_like(scores, dtype=torch.bool)
-    if config.name == "gfpo":
-        keep = gfpo_keep_mask(lengths.float(), G, config.gfpo_keep or max(1, G // 2))
-    kind = config.setting("advantages")
-    if kind == "grpo" and config.name == "gfpo":
-        grouped, kept = scores.view(-1, G), keep.view(-1, G).float()
-        count = kept.sum(1, keepdim=True)
-        mean = (grouped * kept).sum(1, keepdim=True) / count
-        var = (((grouped - mean) * kept) ** 2).sum(1, keepdim=True) / (count - 1).clamp(min=1)
-        adv = ((grouped - mean) / (var.sqrt() + 1e-6) * kept).reshape(-1)
-    elif kind == "grpo":
-        adv = grpo_advantages(scores, G)
-    elif kind == "dr_grpo":
-        adv = dr_grpo_advantages(scores, G)
-    elif kind == "rloo":
-        adv = rloo_advantages(scores, G)
-    else:
-        adv = reinforce_plus_plus_advantages(scores)
-    if config.setting("dynamic_sampling"):
-        informative = dynamic_sampling_mask(scores, G)
-        metrics["train/informative_fraction"] = informative.float().mean().item()
-        keep = keep & informative
-    adv = torch.where(keep, adv, torch.zeros_like(adv))
-    return adv, keep, metrics
+    adv, keep, family_metrics = group_advantages(scores, lengths, config.group_size, FAMILY[config.name],
+                                                 config.setting("dynamic_sampling"), config.gfpo_keep)
+    return adv, keep, {**metrics, **family_metrics}
 
 
 def loss(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor, config: TextRLConfig,
@@ -144,7 +114,7 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, adv: to
         advantage = advantage * weights  # w >= 0 scales inside the clipped max
         metrics["tis_weight_mean"] = (weights * mask).sum().item() / mask.sum().clamp(min=1).item()
     total, pg = policy_loss(logp, old_logp, advantage, mask, config.setting("clip_low"), config.setting("clip_high"),
-                            level=config.setting("level"), agg=agg)
+                            level=config.setting("ratio_level"), agg=agg)
     metrics.update(pg)
     if config.kl_coef > 0 and ref_logp is not None:
         kl = aggregate_loss(kl_penalty(logp, ref_logp, config.kl_kind), mask, agg)

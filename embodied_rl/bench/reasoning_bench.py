@@ -138,7 +138,7 @@ def run_text_async_bench(iterations: int, sft_steps: int, as_json: bool, overrid
             result[mode] = {"seconds_per_iteration": round(seconds_per_iteration(rows, skip), 4),
                             "generate_s": round(sum(r["time/generate_s"] for r in trained) / len(trained), 4),
                             "update_s": round(sum(r["time/update_s"] for r in trained) / len(trained), 4),
-                            "policy_lag": max(r["train/policy_lag"] for r in trained),
+                            "policy_staleness": max(r["train/policy_staleness"] for r in trained),
                             "final_heldout_accuracy": rows[-1].get("eval/heldout_accuracy")}
     result["ratio_async_over_synchronous_step_time"] = round(
         result["async"]["seconds_per_iteration"] / result["synchronous"]["seconds_per_iteration"], 3)

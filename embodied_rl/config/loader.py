@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from embodied_rl.config.algorithm_section import DEFAULT_ALGORITHM, keys_of, split_algorithm, typed_algorithm
 from embodied_rl.config.errors import ConfigError
+from embodied_rl.config.renamed import refuse_renamed, upgrade_algorithm_section
 from embodied_rl.config.schema import TrainConfig, validate
 
 CONFIGS_DIR = resources.files("embodied_rl") / "configs"  # a Traversable: a directory, or a folder in a zip
@@ -77,12 +78,17 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
             raise ConfigError(f"override {item!r} must look like key=value (e.g. algorithm.lr=1e-4)")
     try:
         merged = OmegaConf.structured(TrainConfig)
-        user_file, user_algorithm = split_algorithm(_load_yaml(Path(config_file)) if config_file else None)
-        cli, cli_algorithm = split_algorithm(OmegaConf.from_dotlist(overrides))
+        user_yaml = _load_yaml(Path(config_file)) if config_file else None
+        refuse_renamed(user_yaml, f"--config {config_file}")
+        cli_yaml = OmegaConf.from_dotlist(overrides)
+        refuse_renamed(cli_yaml, "command line")
+        user_file, user_algorithm = split_algorithm(user_yaml)
+        cli, cli_algorithm = split_algorithm(cli_yaml)
         recipe_algorithm: dict = {}
         chosen_task = task or cli.get("task") or (user_file.get("task") if user_file is not None else None)
         if chosen_task:
             recipe = task_recipe(chosen_task)
+            refuse_renamed(recipe, f"the {chosen_task} recipe")
             if recipe is not None:
                 recipe_config, recipe_algorithm = split_algorithm(recipe)
                 merged = OmegaConf.merge(merged, recipe_config)
@@ -121,5 +127,5 @@ def from_yaml_file(path: Path) -> TrainConfig:
         config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except OmegaConfBaseException as error:
         raise ConfigError(f"{path}: {_one_line(error)}") from None
-    config.algorithm = typed_algorithm([algorithm])
+    config.algorithm = typed_algorithm([upgrade_algorithm_section(algorithm)])
     return config

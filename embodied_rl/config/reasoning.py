@@ -65,10 +65,6 @@ class RLStageConfig:
     """Passes over each sampled batch (SWIFT's multi-round update); 1: on-policy."""
     num_minibatches: int = 1
     max_grad_norm: float = 1.0
-    max_sampling_rounds: int = 1
-    """With dynamic sampling (DAPO's default): sample further prompts, up to this many rounds per iteration, until
-    ``prompts_per_iteration`` groups with differing scores are in hand (DAPO's resample-to-fill); 1: only drop
-    the uninformative groups."""
     max_staleness: int = 0
     """1: generate batch k+1 while the trainer updates on batch k (async rollout; the batch was sampled by the weights
     one update old: the ratio is taken against the trainer's current weights and ``algorithm.tis_cap`` corrects for
@@ -188,9 +184,6 @@ def validate_reasoning(c: ReasoningConfig) -> None:
             raise ConfigError(f"generation.engine={c.generation.engine!r}: {error}") from None
     _require(c.generation.quantization in QUANTIZATIONS, "generation.quantization", c.generation.quantization,
              ", ".join(QUANTIZATIONS))
-    _require(c.rl.max_sampling_rounds == 1 or (c.rl.max_sampling_rounds > 1 and c.algorithm.setting(
-        "dynamic_sampling")), "rl.max_sampling_rounds", c.rl.max_sampling_rounds,
-        "1, or more with dynamic sampling (algorithm.name=dapo or algorithm.dynamic_sampling=true)")
     _require(c.rl.max_staleness in (0, 1), "rl.max_staleness", c.rl.max_staleness, "0 (synchronous) or 1 (async)")
     _require(c.generation.num_workers >= 1, "generation.num_workers", c.generation.num_workers, "an integer >= 1")
     _require(c.generation.max_new_tokens >= 1, "generation.max_new_tokens", c.generation.max_new_tokens, ">= 1")
@@ -221,6 +214,7 @@ def validate_reasoning(c: ReasoningConfig) -> None:
 
 def load_reasoning_config(task: str | None, config_file: str | None, overrides: list[str]) -> ReasoningConfig:
     from embodied_rl.config.loader import _load_yaml, _one_line, task_recipe
+    from embodied_rl.config.renamed import refuse_renamed
 
     for item in overrides:
         if "=" not in item:
@@ -228,9 +222,12 @@ def load_reasoning_config(task: str | None, config_file: str | None, overrides: 
     try:
         merged = OmegaConf.structured(ReasoningConfig)
         cli = OmegaConf.from_dotlist(overrides)
+        refuse_renamed(cli, "command line")
         user = _load_yaml(Path(config_file)) if config_file else None
+        refuse_renamed(user, f"--config {config_file}")
         chosen = task or cli.get("task") or (user.get("task") if user is not None else None)
         recipe = task_recipe(chosen) if chosen else None
+        refuse_renamed(recipe, f"the {chosen} recipe")
         for layer in (recipe, user, cli):
             if layer is not None:
                 merged = OmegaConf.merge(merged, layer)

@@ -294,12 +294,15 @@ def _validate_autoscale(c: TrainConfig) -> None:
 
 
 def _validate_algorithm(c: TrainConfig) -> None:
+    from embodied_rl.algorithms.embodied import algorithm_needs
+
     a = c.algorithm
+    grouped = algorithm_needs(a).groups
     chunk = c.policy.options.get("action_chunk", 1)
     _require(isinstance(chunk, int) and chunk >= 1 and c.rollout.steps_per_iteration % chunk == 0,
              "policy.options.action_chunk", chunk, f"a divisor of rollout.steps_per_iteration "
              f"({c.rollout.steps_per_iteration})")
-    if hasattr(a, "group_size") and c.env.max_episode_steps:
+    if grouped and c.env.max_episode_steps:
         _require(c.env.max_episode_steps % chunk == 0, "policy.options.action_chunk", chunk,
                  f"a divisor of env.max_episode_steps ({c.env.max_episode_steps}) for grouped episodes")
     for key, value, allowed in a.problems():
@@ -309,7 +312,7 @@ def _validate_algorithm(c: TrainConfig) -> None:
         samples = envs * c.rollout.steps_per_iteration
         _require(a.num_minibatches <= samples, "algorithm.num_minibatches", a.num_minibatches,
                  f"at most the {samples} samples of one iteration")
-    if hasattr(a, "group_size"):
+    if grouped:
         _require(envs % a.group_size == 0, "algorithm.group_size", a.group_size,
                  f"a divisor of the {envs} envs (env.num_workers x env.envs_per_worker)")
         length = c.env.max_episode_steps
@@ -331,7 +334,8 @@ def _validate_policy(c: TrainConfig) -> None:
     sizes = policy_sizes(c.policy.name)
     _require(c.policy.size in sizes, "policy.size", c.policy.size, f"sizes of policy {c.policy.name!r}: "
              f"{', '.join(sizes)}")
-    if getattr(c.algorithm, "ratio_level", "decision") == "token" and not token_level(c.policy.name):
+    if hasattr(c.algorithm, "ratio_level") and c.algorithm.setting("ratio_level") == "token" and not token_level(
+            c.policy.name):
         takers = [name for name in POLICIES.names() if token_level(name)]
         raise ConfigError(f"algorithm.ratio_level='token' needs a policy with token log-probs ({', '.join(takers)}); "
                           f"policy.name={c.policy.name!r} has one log-prob per decision (ratio_level: decision)")
@@ -345,27 +349,21 @@ def _validate_policy(c: TrainConfig) -> None:
 def _validate_policy_for_algorithm(c: TrainConfig) -> None:
     """Off-policy learners need a policy with Q critics and reparameterised draws; the others need ``evaluate``
     (and RL ones its values) or ``supervised_loss``."""
-    from embodied_rl.algorithms.embodied import ALGORITHMS
+    from embodied_rl.algorithms.embodied import algorithm_needs
     from embodied_rl.models import POLICIES
 
-    algorithm = ALGORITHMS.get(c.algorithm.name)
-    policy = POLICIES.get(c.policy.name)
-    if algorithm.supervised:
-        fits = hasattr(policy, "supervised_loss")
-        needs = "supervised_loss"
-    elif algorithm.off_policy:
-        fits = hasattr(policy, "q_values") and hasattr(policy, "sample")
-        needs = "Q critics (q_values, sample)"
+    needs = algorithm_needs(c.algorithm)
+    if needs.demonstrations == "only":
+        methods, wanted = ("supervised_loss",), "supervised_loss"
+    elif needs.replay:
+        methods, wanted = ("q_values", "sample"), "Q critics (q_values, sample)"
     else:
-        fits = hasattr(policy, "evaluate")
-        needs = "evaluate (log-probs of stored actions)"
-    if not fits:
-        takers = [name for name in POLICIES.names() if
-                  (hasattr(POLICIES.get(name), "supervised_loss") if algorithm.supervised else
-                   hasattr(POLICIES.get(name), "q_values") if algorithm.off_policy else
-                   hasattr(POLICIES.get(name), "evaluate"))]
+        methods, wanted = ("evaluate",), "evaluate (log-probs of stored actions)"
+    fits = lambda name: all(hasattr(POLICIES.get(name), m) for m in methods)  # noqa: E731
+    if not fits(c.policy.name):
+        takers = [name for name in POLICIES.names() if fits(name)]
         raise ConfigError(f"policy.name={c.policy.name!r} does not fit algorithm.name={c.algorithm.name!r}, which "
-                          f"needs a policy with {needs}; allowed: {', '.join(takers)}")
+                          f"needs a policy with {wanted}; allowed: {', '.join(takers)}")
     q_subsample = getattr(c.algorithm, "q_subsample", None)
     num_q = int(c.policy.options.get("num_q", 2))
     if q_subsample is not None and q_subsample > num_q:

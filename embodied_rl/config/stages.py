@@ -2,7 +2,8 @@
 
 Each stage is a mapping of config keys merged over the recipe and the user's file; its ``name`` labels it. The
 command line applies to every stage, except ``algorithm.*`` keys, which reach the stages whose algorithm has them
-(a key no stage's algorithm has is refused), and ``stages.N.<key>=value``, which sets a key of stage N only.
+(a key no stage's algorithm has is refused; ``algorithm.name`` replaces the algorithm of the stages that sample the
+env, e.g. GRPO by DAPO after the SFT stage), and ``stages.N.<key>=value``, which sets a key of stage N only.
 ``stages=[]`` runs the recipe's base config as one run.
 """
 
@@ -58,6 +59,36 @@ def _drop_other_algorithms_keys(entry: dict, recipe_algorithm: str, overridden: 
     entry["algorithm"] = {k: v for k, v in section.items() if k in fields or f"algorithm.{k}" in overridden}
 
 
+def _trains_on_demonstrations_only(name: str) -> bool:
+    from embodied_rl.algorithms.embodied import ALGORITHMS
+
+    algorithm = ALGORITHMS.get(name)
+    return algorithm.needs(algorithm.config_class()).demonstrations == "only"
+
+
+def _switch_rl_stages(stages: list, item: str, per_stage: dict[int, list[str]]) -> None:
+    """``algorithm.name=X`` on a staged recipe: every stage that samples the env (not SFT) runs X instead, keeping
+    the recipe's keys X also has (a GRPO-family member keeps the recipe's group size, clip, learning rate...)."""
+    from embodied_rl.algorithms.embodied import ALGORITHMS
+
+    name = item.partition("=")[2]
+    if name not in ALGORITHMS:
+        raise ConfigError(f"algorithm.name={name!r} is not a registered algorithm; allowed: "
+                          f"{', '.join(ALGORITHMS.names())}")
+    names = [str(s.get("name", i)) for i, s in enumerate(stages)]
+    rl = [i for i, s in enumerate(stages)
+          if not _trains_on_demonstrations_only((s.get("algorithm") or {}).get("name", DEFAULT_ALGORITHM))]
+    if _trains_on_demonstrations_only(name) or not rl:
+        raise ConfigError(f"algorithm.name={name}: this recipe runs stages ({', '.join(names)}) and "
+                          f"algorithm.name replaces the algorithm of those that sample the env ("
+                          f"{', '.join(names[i] for i in rl) or 'none'}) with an RL algorithm; choose a stage's "
+                          "algorithm with stages.N.algorithm.name=..., or run one config with stages=[]")
+    for index in rl:
+        per_stage.setdefault(index, []).insert(0, f"algorithm.name={name}")
+        if stages[index].get("name") == (stages[index].get("algorithm") or {}).get("name"):
+            per_stage[index].insert(0, f"name={name}")  # the stage's directory is named for what it runs
+
+
 def load_stages(task: str | None = None, config_file: str | None = None,
                 overrides: list[str] | None = None) -> tuple[TrainConfig, list[Stage]]:
     """The base config (with its ``stages``) and the runs a training command makes: one per stage of a staged
@@ -71,9 +102,7 @@ def load_stages(task: str | None = None, config_file: str | None = None,
         single = load_train_config(task, config_file, overrides)
         return single, [Stage("train", single)]
     if "name" in algorithm:
-        raise ConfigError("algorithm.name: this recipe runs stages ("
-                          f"{', '.join(str(s.get('name', i)) for i, s in enumerate(base.stages))}); choose a stage's "
-                          "algorithm with stages.N.algorithm.name=..., or run one config with stages=[]")
+        _switch_rl_stages(base.stages, algorithm.pop("name"), per_stage)
     for index in per_stage:
         if index >= len(base.stages):
             raise ConfigError(f"stages.{index}: this recipe has stages 0-{len(base.stages) - 1}")

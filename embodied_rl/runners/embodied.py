@@ -16,7 +16,7 @@ from pathlib import Path
 
 import ray
 
-from embodied_rl.algorithms.embodied import ALGORITHMS
+from embodied_rl.algorithms.embodied import algorithm_needs
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.loader import to_yaml
 from embodied_rl.config.schema import TrainConfig
@@ -65,7 +65,7 @@ class EmbodiedRunner:
 
     @property
     def supervised(self) -> bool:
-        return ALGORITHMS.get(self.config.algorithm.name).supervised
+        return algorithm_needs(self.config.algorithm).demonstrations == "only"
 
     def total_iterations(self) -> int:
         """SFT: gradient steps of the stage in iterations of ``algorithm.steps_per_iteration``."""
@@ -106,7 +106,7 @@ class EmbodiedRunner:
                     if self.supervised:
                         get_within(workers.actor.call("load_demonstrations", load_sft_demonstrations(c)),
                                    c.fault.hang_timeout_s, "the actor loading the demonstrations")
-                    elif ALGORITHMS.get(c.algorithm.name).uses_demonstrations:
+                    elif algorithm_needs(c.algorithm).demonstrations == "mixed":
                         get_within(workers.actor.call("load_demo_transitions", load_demo_transitions(c)),
                                    c.fault.hang_timeout_s, "the actor loading the demonstration transitions")
                     turns.publish_weights()

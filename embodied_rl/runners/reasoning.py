@@ -21,8 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import ray
+import torch
 
 import sim_envs
+from embodied_rl.algorithms.filters import dynamic_sampling_mask
 from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml, weight_sync
 from embodied_rl.runtime import Cluster, WorkerGroup
 from embodied_rl.runtime.collective import form_collective
@@ -231,7 +233,7 @@ class ReasoningRunner:
                 pending = self._start_batch()
                 metrics["time/overlap_s"] = 0.0
             metrics.update({"train/iteration": self.iteration,
-                            "train/policy_lag": trained_version - min(a["policy_version"] for a in answers),
+                            "train/policy_staleness": trained_version - min(a["policy_version"] for a in answers),
                             "time/iteration_s": time.perf_counter() - step_start,
                             "time/elapsed_s": time.perf_counter() - start})
             if last or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
@@ -249,13 +251,13 @@ class ReasoningRunner:
     def _collect(self, pending: list) -> tuple[list[dict], list[float], dict]:
         """The answers to one batch of prompts (``pending``'s) with their scores, and the sampling metrics.
 
-        With dynamic sampling and ``rl.max_sampling_rounds`` > 1 (DAPO's resample-to-fill), groups whose G
+        With dynamic sampling and ``algorithm.max_sampling_rounds`` > 1 (DAPO's resample-to-fill), groups whose G
         responses all scored the same are dropped and further prompts are sampled, up to that many rounds, until
         ``rl.prompts_per_iteration`` informative groups are in hand; the batch is then those groups (fewer if the
         rounds ran out)."""
         c = self.config
         G, wanted = c.algorithm.group_size, c.rl.prompts_per_iteration
-        fill = c.rl.max_sampling_rounds > 1
+        fill = c.algorithm.max_sampling_rounds > 1
         kept_answers, kept_scores, every_score = [], [], {"rewards": [], "outcome": [], "format": []}
         generate_s = wait_s = 0.0
         tokens = rounds = 0
@@ -272,11 +274,12 @@ class ReasoningRunner:
             for key in every_score:
                 every_score[key].extend(scored[key])
             rewards = np.asarray(scored["rewards"], dtype=float).reshape(-1, G)
+            informative = dynamic_sampling_mask(torch.as_tensor(rewards.reshape(-1)), G)[::G].tolist()
             for g in range(len(rewards)):
-                if not fill or rewards[g].max() > rewards[g].min():
+                if not fill or informative[g]:
                     kept_answers.extend(answers[g * G:(g + 1) * G])
                     kept_scores.extend(rewards[g].tolist())
-            if not fill or len(kept_scores) >= wanted * G or rounds >= c.rl.max_sampling_rounds:
+            if not fill or len(kept_scores) >= wanted * G or rounds >= c.algorithm.max_sampling_rounds:
                 break
             pending = self._start_batch(rounds)
         groups = min(len(kept_scores) // G, wanted)  # informative ones, when filling

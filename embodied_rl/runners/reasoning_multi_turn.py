@@ -10,8 +10,8 @@ its first tool call and the env worker (``ToolEnvWorker``) answers it. The train
 The SFT warm start trains on the env's demonstrations with the env's turns masked out (``sft_update_ids``);
 held-out evaluation is a rollout of one conversation per held-out problem (greedy by default).
 
-Not supported here: async rollout (``rl.max_staleness=1``) and DAPO's resample-to-fill (``rl.max_sampling_rounds``
-> 1); both are refused before anything runs.
+Not supported here: async rollout (``rl.max_staleness=1``) and DAPO's resample-to-fill
+(``algorithm.max_sampling_rounds`` > 1); both are refused before anything runs.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ def check_multi_turn(config: ReasoningConfig) -> None:
     if config.rl.max_staleness != 0:
         raise ConfigError(f"rl.max_staleness={config.rl.max_staleness!r}: async rollout is not supported for the "
                           f"multi-turn task {config.task!r}; allowed: 0")
-    if config.rl.max_sampling_rounds != 1:
-        raise ConfigError(f"rl.max_sampling_rounds={config.rl.max_sampling_rounds!r}: resample-to-fill is not "
-                          f"supported for the multi-turn task {config.task!r}; allowed: 1")
+    if config.algorithm.max_sampling_rounds != 1:
+        raise ConfigError(f"algorithm.max_sampling_rounds={config.algorithm.max_sampling_rounds!r}: resample-to-fill "
+                          f"is not supported for the multi-turn task {config.task!r}; allowed: 1")
 
 
 class MultiTurnReasoningRunner(ReasoningRunner):

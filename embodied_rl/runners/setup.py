@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import ray
 
 import sim_envs
-from embodied_rl.algorithms.embodied import ALGORITHMS
+from embodied_rl.algorithms.embodied import algorithm_needs
 from embodied_rl.config.schema import TrainConfig, resolve_placement, slots_are_gpus
 from embodied_rl.runtime import Channel, Cluster, WorkerGroup
 from embodied_rl.runtime.worker import Prestarted
@@ -38,10 +38,8 @@ UPDATE_TIMEOUT_S = 3600.0
 
 
 def grouped(config: TrainConfig) -> bool:
-    """Whether the algorithm trains on groups of envs that run whole episodes in lock-step (GRPO)."""
-    from embodied_rl.algorithms.embodied import ALGORITHMS
-
-    return ALGORITHMS.get(config.algorithm.name).grouped_episodes
+    """Whether the algorithm trains on groups of envs that run whole episodes in lock-step (the GRPO family)."""
+    return algorithm_needs(config.algorithm).groups
 
 
 def action_chunk(config: TrainConfig) -> int:
@@ -406,7 +404,7 @@ def actor_torch_threads(config: TrainConfig) -> int:
     ``placement.actor_threads`` when set."""
     if config.placement.actor_threads is not None:
         return config.placement.actor_threads
-    return 1 if ALGORITHMS.get(config.algorithm.name).off_policy else 2
+    return 1 if algorithm_needs(config.algorithm).replay else 2
 
 
 def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True,
@@ -460,7 +458,7 @@ def _start_groups(config: TrainConfig, task, channel: Channel, cpus: float, plac
                       group_size=config.algorithm.group_size if grouped(config) else None,
                       total_envs=config.env.num_workers * config.env.envs_per_worker,
                       action_chunk=action_chunk(config), seeded_sampling=config.deterministic,
-                      store_next_obs=ALGORITHMS.get(config.algorithm.name).off_policy,
+                      store_next_obs=algorithm_needs(config.algorithm).replay,
                       node_ids=node_ids_for(config, "env"))
     obs_shape, action_shape = get_within([env.workers[0].observation_shape.remote(),
                                           env.workers[0].action_shape.remote()], fault.hang_timeout_s,

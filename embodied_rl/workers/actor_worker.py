@@ -47,8 +47,9 @@ class ActorWorker(Worker):
         torch.manual_seed(seed + self.rank)
         self.policy = build_policy(**policy).to(self.device)
         self.algorithm = ALGORITHMS.get(algorithm.name)(algorithm)
+        self.needs = self.algorithm.needs(algorithm)
         self.optimizer = torch.optim.Adam(self._parameter_groups(), lr=algorithm.lr, eps=1e-5)
-        if self.algorithm.off_policy:
+        if self.needs.replay:
             # Its replay buffer, target critics and optimizers live in the algorithm, on this device (the
             # offloader moves only the policy and ``optimizer``: off-policy learners keep theirs in place).
             self.algorithm.bind(self.policy, self.device)
@@ -140,7 +141,7 @@ class ActorWorker(Worker):
         self.env_steps_trained += self.pending_env_steps
         self.pending_env_steps = 0
         counted["train/env_steps_trained"] = self.env_steps_trained
-        if self.algorithm.off_policy:
+        if self.needs.replay:
             metrics.update(self.algorithm.train(samples, self.generator, self.algorithm.learning_rate(progress)))
         else:
             self._set_learning_rate(progress)
@@ -215,7 +216,7 @@ class ActorWorker(Worker):
         n = len(samples["old_logp"])
         if n == 0:
             return {"train/gradient_steps": 0, "train/stopped_early": 0.0}
-        if self.algorithm.uses_reference:
+        if self.needs.reference:
             samples["ref_logp"] = self._reference_logp(samples["obs"], samples["actions"])
         minibatch = max(1, n // cfg.num_minibatches)
         if getattr(cfg, "off_policy_correction", "behaviour") == "decoupled":
@@ -223,7 +224,7 @@ class ActorWorker(Worker):
         sums: dict[str, float] = {}
         updates, stopped_early = 0, False
         for _ in range(cfg.update_epochs):
-            order = torch.randperm(n, generator=self.generator)
+            order = self.algorithm.minibatch_order(samples, self.generator)
             for start in range(0, n - minibatch + 1, minibatch):
                 idx = order[start:start + minibatch].to(self.device)
                 rows = select_rows(samples, idx)
@@ -335,7 +336,7 @@ class ActorWorker(Worker):
         self._require_onloaded("load training state")
         load_numpy_weights(self.policy, weights)
         self.weights_loaded = True
-        if self.algorithm.off_policy:
+        if self.needs.replay:
             self.algorithm.reset_targets()  # a trainer state below brings its own
         if trainer_state is not None:
             # On the host first: a checkpoint written on a GPU resumes on a CPU-only machine (and vice versa).

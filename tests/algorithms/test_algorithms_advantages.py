@@ -5,6 +5,7 @@ from embodied_rl.algorithms.advantages import (
     dr_grpo_advantages,
     gae,
     grpo_advantages,
+    kept_group_advantages,
     reinforce_plus_plus_advantages,
     rloo_advantages,
 )
@@ -39,12 +40,20 @@ def test_registry_get_register_names_and_unknown_name_lists_allowed():
         reg.register("a")(lambda: None)
 
 
-def test_advantage_estimators_registered():
-    assert ADVANTAGE_ESTIMATORS.get("gae") is gae
-    assert ADVANTAGE_ESTIMATORS.get("grpo") is grpo_advantages
-    assert ADVANTAGE_ESTIMATORS.get("dr_grpo") is dr_grpo_advantages
-    assert ADVANTAGE_ESTIMATORS.get("rloo") is rloo_advantages
-    assert ADVANTAGE_ESTIMATORS.get("reinforce++") is reinforce_plus_plus_advantages
+def test_group_estimators_are_registered_under_the_family_names_with_one_signature():
+    assert ADVANTAGE_ESTIMATORS.names() == ["dr_grpo", "grpo", "reinforce_pp", "rloo"]
+    scores = torch.tensor([1.0, 0.0, 3.0, 3.0])
+    for name in ADVANTAGE_ESTIMATORS.names():
+        assert ADVANTAGE_ESTIMATORS.get(name)(scores, 2).shape == (4,)
+    assert ADVANTAGE_ESTIMATORS.get("reinforce_pp") is reinforce_plus_plus_advantages
+
+
+def test_kept_group_advantages_normalise_among_the_kept_only():
+    # group 0 keeps (1, 3): mean 2, std 1.414 -> -0.7071, +0.7071; the dropped member gets 0
+    scores = torch.tensor([1.0, 3.0, 100.0, 5.0, 5.0, 0.0])
+    keep = torch.tensor([True, True, False, True, False, False])
+    adv = kept_group_advantages(scores, keep, 3)
+    assert adv.tolist() == pytest.approx([-0.7071, 0.7071, 0.0, 0.0, 0.0, 0.0], abs=1e-4)
 
 
 # ---------------------------------------------------------------- gae

@@ -1,9 +1,12 @@
-"""Embodied GRPO: episodes cut from lock-step batches, scores, per-group advantages on every step, filtering."""
+"""The GRPO family on embodied tasks: episodes cut from lock-step batches, scores, per-group advantages on every step,
+filtering, aggregation, sequence ratios."""
 
 import pytest
 import torch
 
-from embodied_rl.algorithms.embodied.grpo import GRPO, GRPOConfig, episode_length, success_scores, to_episodes
+from embodied_rl.algorithms.embodied.grpo import GroupConfig as GRPOConfig
+from embodied_rl.algorithms.embodied.grpo import GroupRelative as GRPO
+from embodied_rl.algorithms.embodied.grpo import episode_length, success_scores, to_episodes
 
 
 def _batch(success_at: dict, T=4, B=4, L=2):
@@ -44,7 +47,7 @@ def test_success_scores_and_steps_after_the_first_success_are_masked():
 def test_advantages_are_per_group_and_broadcast_to_every_trained_step():
     # Groups of 2 envs: (env 0, env 1) and (env 2, env 3). Episode slot 0: env 0 succeeds at step 0, env 2 at
     # step 1; slot 1: nobody succeeds (both groups uninformative, filtered out).
-    algorithm = GRPO(GRPOConfig(group_size=2, filter_groups=True))
+    algorithm = GRPO(GRPOConfig(group_size=2, dynamic_sampling=True, loss_agg="token-mean"))
     selected, metrics = algorithm.select(_batch({(0, 0): 0, (0, 2): 1}))
     assert metrics["train/groups_sampled"] == 4 and metrics["train/groups_kept"] == 2
     assert selected["scores"].tolist() == [1.0, 0.0, 1.0, 0.0]
@@ -60,7 +63,7 @@ def test_episode_weighting_gives_every_episode_the_same_weight():
     """The batch of the test above: 4 episodes with 1, 2, 2, 2 trained steps (7 in all). Per episode, each step's
     advantage is scaled by 7 / (4 * steps of its episode), so the loss's mean over steps is a mean over episodes:
     env 0's single step counts as much as env 1's two."""
-    algorithm = GRPO(GRPOConfig(group_size=2, step_weighting="episode"))
+    algorithm = GRPO(GRPOConfig(group_size=2, loss_agg="seq-mean-token-mean", dynamic_sampling=True))
     samples, _ = algorithm.prepare([algorithm.select(_batch({(0, 0): 0, (0, 2): 1}))[0]])
     a = 0.5 / 0.5 ** 0.5
     one, two = 7 / 4, 7 / 8
@@ -68,11 +71,11 @@ def test_episode_weighting_gives_every_episode_the_same_weight():
         torch.tensor([a * one, -a * two, -a * two, a * two, a * two, -a * two, -a * two]), abs=1e-4)
     # Per-episode sums of |weight|: equal for every episode, and the weights average to 1 over the steps.
     assert samples["advantages"].abs().sum() == pytest.approx(7 * a, abs=1e-4)
-    assert ("step_weighting", "token", "step, episode") in list(GRPOConfig(step_weighting="token").problems())
+    assert any(p[0] == "loss_agg" for p in GRPOConfig(loss_agg="episode").problems())
 
 
 def test_filtered_groups_ask_for_more_rounds_and_refill_up_to_one_round():
-    algorithm = GRPO(GRPOConfig(group_size=2, max_sampling_rounds=3))
+    algorithm = GRPO(GRPOConfig(group_size=2, max_sampling_rounds=3, dynamic_sampling=True))
     first, _ = algorithm.select(_batch({(0, 0): 0}))  # 1 of 4 groups informative
     assert not algorithm.enough([first], rounds=1)
     second, _ = algorithm.select(_batch({(0, 0): 0, (0, 2): 0, (1, 0): 1, (1, 3): 1}))  # 4 of 4
@@ -92,7 +95,7 @@ def test_loss_adds_the_kl_to_the_reference_policy_when_asked():
     assert plain.item() == pytest.approx(0.0)
     assert metrics["kl_to_reference"] == pytest.approx(0.25)
     assert with_kl.item() == pytest.approx(0.5 * 0.25)
-    assert GRPO(GRPOConfig(kl_coef=0.5)).uses_reference and not GRPO(GRPOConfig()).uses_reference
+    assert GRPO.needs(GRPOConfig(kl_coef=0.5)).reference and not GRPO.needs(GRPOConfig()).reference
 
 
 def test_camera_observations_with_instruction_strings_pass_through_selection():
@@ -101,7 +104,7 @@ def test_camera_observations_with_instruction_strings_pass_through_selection():
     batch = _batch({(0, 0): 0})
     T, B = batch["obs"].shape[:2]
     batch["obs"] = {"state": batch["obs"], "instruction": np.full((T, B), "pick up the cube")}
-    algorithm = GRPO(GRPOConfig(group_size=2))
+    algorithm = GRPO(GRPOConfig(group_size=2, dynamic_sampling=True))
     selected, _ = algorithm.select(batch)
     samples, _ = algorithm.prepare([selected])
     assert samples["obs"]["state"][:, 0].tolist() == [0, 1, 11]  # env 0 up to its success, env 1 both steps
@@ -113,12 +116,12 @@ def test_token_level_ratios_are_clipped_per_token_and_averaged_over_tokens():
     new = old + torch.log(torch.tensor([[1.5, 1.0], [1.0, 0.5]]))
     minibatch = dict(obs={"stored.token_logp": old}, old_logp=old.sum(-1), advantages=torch.tensor([1.0, -1.0]))
     outputs = dict(logp=new.sum(-1), token_logp=new, entropy=torch.zeros(2))
-    token, token_metrics = GRPO(GRPOConfig(ratio_level="token")).loss(outputs, minibatch)
+    token, token_metrics = GRPO(GRPOConfig(ratio_level="token", clip_high=0.28)).loss(outputs, minibatch)
     # per token: A=+1: max(-1.5, -1.28) = -1.28 and -1; A=-1: max(1, 1) = 1 and max(0.5, 0.8) = 0.8; mean -0.12
     assert token.item() == pytest.approx(-0.12)
     assert token_metrics["clip_fraction"] == pytest.approx(0.5)
     # per decision the ratios are the products 1.5 and 0.5: (-1.28 + 0.8) / 2, both clipped
-    decision, decision_metrics = GRPO(GRPOConfig()).loss({k: v for k, v in outputs.items() if k != "token_logp"},
+    decision, decision_metrics = GRPO(GRPOConfig(clip_high=0.28)).loss({k: v for k, v in outputs.items() if k != "token_logp"},
                                                          minibatch)
     assert decision.item() == pytest.approx(-0.24)
     assert decision_metrics["clip_fraction"] == pytest.approx(1.0)
@@ -132,7 +135,7 @@ def test_token_level_evaluate_asks_the_policy_for_its_token_log_probs():
     outputs = GRPO(GRPOConfig(ratio_level="token")).evaluate(Policy(), dict(obs={}, actions=torch.zeros(1, 2)))
     assert torch.equal(outputs["token_logp"], torch.tensor([[-1.0, -2.0]]))
     assert outputs["logp"].item() == -3.0 and outputs["entropy"].item() == 0.75 and outputs["values"].item() == 3.0
-    assert ("ratio_level", "sequence", "decision, token") in list(GRPOConfig(ratio_level="sequence").problems())
+    assert ("ratio_level", "word", "decision, token, sequence") in list(GRPOConfig(ratio_level="word").problems())
 
 
 def test_return_to_go_scores_each_step_against_the_group_at_the_same_step():
@@ -141,7 +144,8 @@ def test_return_to_go_scores_each_step_against_the_group_at_the_same_step():
     #   env 2: 1, 1, 1 -> to go 3, 2, 1      env 3: 1, 1, 1 -> to go 3, 2, 1   (group 1: identical, filtered)
     batch = _batch({}, T=3, B=4, L=3)
     batch["rewards"] = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 1.0, 1.0, 1.0], [2.0, 0.0, 1.0, 1.0]])
-    algorithm = GRPO(GRPOConfig(group_size=2, score="return_to_go", normalize_std=False))
+    algorithm = GRPO(GRPOConfig(name="dr_grpo", group_size=2, score="return_to_go", dynamic_sampling=True,
+                                loss_agg="token-mean"))
     selected, metrics = algorithm.select(batch)
     assert metrics["train/groups_kept"] == 1
     samples, _ = algorithm.prepare([selected])
@@ -149,6 +153,7 @@ def test_return_to_go_scores_each_step_against_the_group_at_the_same_step():
     assert samples["obs"][:, 0].tolist() == [0, 10, 20, 1, 11, 21]
     assert samples["advantages"].tolist() == pytest.approx([1.0, 0.5, 1.0, -1.0, -0.5, -1.0])
     # the episode's return alone would give every step of env 0 the same +1 (returns 3 and 1)
-    plain, _ = GRPO(GRPOConfig(group_size=2, score="return", normalize_std=False)).prepare(
-        [GRPO(GRPOConfig(group_size=2, score="return")).select(batch)[0]])
+    dr_grpo = GRPO(GRPOConfig(name="dr_grpo", group_size=2, score="return", dynamic_sampling=True,
+                                loss_agg="token-mean"))
+    plain, _ = dr_grpo.prepare([dr_grpo.select(batch)[0]])
     assert plain["advantages"].tolist() == pytest.approx([1.0, 1.0, 1.0, -1.0, -1.0, -1.0])

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from embodied_rl.algorithms.losses import kl_penalty, policy_loss, value_loss
-from embodied_rl.algorithms.registry import POLICY_LOSSES
 
 
 def close(actual, expected, atol=1e-5):
@@ -130,10 +129,6 @@ def test_bad_agg_and_level_raise_with_allowed_values():
         policy_loss(*args, agg="mean")
     with pytest.raises(ValueError, match="sequence"):
         policy_loss(*args, level="word")
-
-
-def test_policy_loss_registered():
-    assert POLICY_LOSSES.get("ppo") is policy_loss
 
 
 def test_kl_penalty_kinds():

@@ -36,7 +36,7 @@ def test_text_async_bench_runs_both_modes_from_one_start(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     sync, over = report["synchronous"], report["async"]
-    assert sync["policy_lag"] == 0 and over["policy_lag"] == 1
+    assert sync["policy_staleness"] == 0 and over["policy_staleness"] == 1
     assert report["ratio_async_over_synchronous_step_time"] == pytest.approx(
         over["seconds_per_iteration"] / sync["seconds_per_iteration"], rel=1e-2)
 

@@ -29,7 +29,7 @@ def _assert_one_clean_line(result, *fragments):
     (["train", "--task", "maniskill_pushcube", "stages=[]", "algorithm.name=grpo", "algorithm.gamma=0.9"],
      ["algorithm.gamma is not a key of algorithm 'grpo'", "group_size"]),
     (["train", "--task", "maniskill_pushcube", "stages=[]", "algorithm.name=dqn"],
-     ["algorithm.name='dqn'", "grpo, ppo, rlpd, sac, sft"]),
+     ["algorithm.name='dqn'", "dapo, dr_grpo, gfpo, grpo, gspo, ppo, reinforce_pp, rloo, rlpd, sac, sft"]),
     (["train", "--task", "maniskill_pushcube", "stages=[]", "algorithm.name=grpo", "algorithm.group_size=3"],
      ["algorithm.group_size=3", "a divisor of the 16 envs"]),
     (["train"], ["no task given"]),

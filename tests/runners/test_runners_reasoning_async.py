@@ -28,7 +28,7 @@ def test_async_int8_rollout_overlaps_generation_with_the_update_one_version_behi
     assert [r["train/iteration"] for r in rows] == [1, 2, 3, 4] and runner.responses == 4 * 4 * 4
     # the first batch was sampled by the weights the first update started from; every later one by the weights
     # one update older than the trainer's
-    assert [r["train/policy_lag"] for r in rows] == [0, 1, 1, 1]
+    assert [r["train/policy_staleness"] for r in rows] == [0, 1, 1, 1]
     assert all(r["time/overlap_s"] > 0 for r in rows[:-1])  # the next batch was generated during this update
     # an int8 sampler against the full-precision trainer: log-probs differ, the TIS weights stay near 1
     assert all(0.5 < r["train/tis_weight_mean"] <= 2.0 and r["train/rollout_trainer_logp_diff"] > 1e-4
@@ -37,8 +37,8 @@ def test_async_int8_rollout_overlaps_generation_with_the_update_one_version_behi
 
 @pytest.mark.slow
 def test_the_synchronous_loop_never_overlaps_and_fills_dapo_batches_with_informative_groups(tmp_path, cluster):
-    runner, rows = _run(tmp_path, "sync", ["algorithm.name=dapo", "rl.max_sampling_rounds=3"])
-    assert [r["train/policy_lag"] for r in rows] == [0, 0, 0, 0]
+    runner, rows = _run(tmp_path, "sync", ["algorithm.name=dapo", "algorithm.max_sampling_rounds=3"])
+    assert [r["train/policy_staleness"] for r in rows] == [0, 0, 0, 0]
     assert all(r["time/overlap_s"] == 0 for r in rows[:-1])
     # same precision, same weights
     assert all(r["train/rollout_trainer_logp_diff"] < 1e-3 for r in rows if r["train/trained_responses"])
@@ -57,7 +57,7 @@ def test_resample_to_fill_needs_dynamic_sampling(tmp_path):
     from embodied_rl.config import ConfigError
     from embodied_rl.config.reasoning import load_reasoning_config
 
-    with pytest.raises(ConfigError, match="rl.max_sampling_rounds=3"):
-        load_reasoning_config("math_arith", None, ["rl.max_sampling_rounds=3", "algorithm.name=grpo"])
+    with pytest.raises(ConfigError, match="algorithm.max_sampling_rounds=3"):
+        load_reasoning_config("math_arith", None, ["algorithm.max_sampling_rounds=3", "algorithm.name=grpo"])
     with pytest.raises(ConfigError, match="generation.quantization='int4'"):
         load_reasoning_config("math_arith", None, ["generation.quantization=int4"])

@@ -48,8 +48,8 @@ def test_math_tool_trains_on_conversations_with_env_tokens_masked(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, key", [(["rl.max_staleness=1"], "rl.max_staleness"),
-                                            (["rl.max_sampling_rounds=2", "algorithm.name=dapo"],
-                                             "rl.max_sampling_rounds")])
+                                            (["algorithm.max_sampling_rounds=2", "algorithm.name=dapo"],
+                                             "algorithm.max_sampling_rounds")])
 def test_options_the_multi_turn_runner_cannot_run_are_one_line_and_write_nothing(tmp_path, overrides, key):
     result = run_cli("train", "--task", "math_tool", "--run-dir", str(tmp_path / "run"), *overrides, cwd=tmp_path)
     assert result.returncode == 2, result.stderr

@@ -5,11 +5,12 @@ An algorithm is pure (no optimizer, device or process): it turns a collected bat
 optimizer, the minibatch loop and gradient clipping, and calls whichever algorithm the config names.
 """
 
-from embodied_rl.algorithms.embodied.base import (ALGORITHMS, Algorithm, OptimizerConfig, UpdateConfig,
-                                                 algorithm_config_class)
+from embodied_rl.algorithms.embodied.base import (ALGORITHMS, Algorithm, Needs, OptimizerConfig, UpdateConfig,
+                                                 algorithm_config_class, algorithm_needs)
 from embodied_rl.algorithms.embodied import ppo as _ppo  # noqa: F401  (registers "ppo")
-from embodied_rl.algorithms.embodied import grpo as _grpo  # noqa: F401  (registers "grpo")
+from embodied_rl.algorithms.embodied import grpo as _grpo  # noqa: F401  (registers the GRPO family)
 from embodied_rl.algorithms.embodied import sft as _sft  # noqa: F401  (registers "sft")
 from embodied_rl.algorithms.embodied import sac as _sac  # noqa: F401  (registers "sac", "rlpd")
 
-__all__ = ["ALGORITHMS", "Algorithm", "OptimizerConfig", "UpdateConfig", "algorithm_config_class"]
+__all__ = ["ALGORITHMS", "Algorithm", "Needs", "OptimizerConfig", "UpdateConfig", "algorithm_config_class",
+           "algorithm_needs"]

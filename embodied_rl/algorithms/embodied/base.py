@@ -9,12 +9,11 @@ import numpy as np
 import torch
 
 from embodied_rl.algorithms.correction import truncated_is_weights
-from embodied_rl.algorithms.losses import policy_loss
+from embodied_rl.algorithms.losses import RATIO_LEVELS, policy_loss
 from embodied_rl.algorithms.registry import Registry
 
 ALGORITHMS = Registry("algorithm")
 
-RATIO_LEVELS = ("decision", "token")
 OFF_POLICY_CORRECTIONS = ("behaviour", "decoupled")
 PROXIMAL_LOGP = "prox_logp"
 """Decoupled PPO: the proximal policy's log-probs of a sample ``[n]`` (with token ratios ``[n, M]``)."""
@@ -35,6 +34,10 @@ class OptimizerConfig:
     """Adam learning rate."""
     max_grad_norm: float = 0.5
     """Gradient clipping norm."""
+
+    def setting(self, key: str):
+        """The value of ``key`` in effect (an algorithm whose keys default to None resolves them here)."""
+        return getattr(self, key)
 
     def problems(self) -> Iterator[Problem]:
         """Failed range checks as ``(key, value, allowed)``."""
@@ -68,14 +71,16 @@ class UpdateConfig(OptimizerConfig):
     is_cap: float = 2.0
     """Upper bound of the truncated importance weights of 'decoupled'."""
 
+    ratio_levels = RATIO_LEVELS[:2]  # a class attribute, not a key: the ratio levels this algorithm can take
+
     def problems(self) -> Iterator[Problem]:
         yield from super().problems()
         if self.off_policy_correction not in OFF_POLICY_CORRECTIONS:
             yield "off_policy_correction", self.off_policy_correction, ", ".join(OFF_POLICY_CORRECTIONS)
         if not self.is_cap >= 1:
             yield "is_cap", self.is_cap, ">= 1"
-        if self.ratio_level not in RATIO_LEVELS:
-            yield "ratio_level", self.ratio_level, ", ".join(RATIO_LEVELS)
+        if self.setting("ratio_level") not in self.ratio_levels:
+            yield "ratio_level", self.ratio_level, ", ".join(self.ratio_levels)
         if self.update_epochs < 1:
             yield "update_epochs", self.update_epochs, "an integer >= 1"
         if self.num_minibatches < 1:
@@ -84,26 +89,45 @@ class UpdateConfig(OptimizerConfig):
             yield "target_kl", self.target_kl, "null or > 0"
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What an algorithm needs from the run, declared by the algorithm (``Algorithm.needs``) so that the runner,
+    the config checks and the workers ask it instead of asking for a name."""
+
+    critic: bool = False
+    """A value estimate from the policy (``evaluate`` returns values it trains)."""
+    groups: bool = False
+    """Envs in lock-step groups of ``config.group_size`` sharing initial states, episodes run to the time limit."""
+    reference: bool = False
+    """A frozen copy of the initial policy; the actor adds ``ref_logp`` to every sample."""
+    demonstrations: str = "none"
+    """'none', 'only' (it trains on demonstrations and samples nothing: SFT) or 'mixed' (demonstration transitions
+    mixed into its batches: RLPD)."""
+    replay: bool = False
+    """Off-policy: it trains from a replay buffer (``bind``, ``train``); env workers send ``next_obs``."""
+
+
 class Algorithm:
     """The interface the actor worker calls. Subclasses register with ``@ALGORITHMS.register(name)`` and set
-    ``config_class``.
+    ``config_class``; ``needs`` says what they need from the run.
 
     * ``select(batch)``: a raw batch of trajectories (``[T, B]`` tensors, see ``ActorWorker``) -> the part worth
       training on, as a dict of tensors, plus metrics (GRPO drops uninformative groups here).
     * ``enough(selected)``: whether the selected samples so far fill an update (else the runner samples more).
     * ``prepare(selected)``: -> flat training samples ``[N, ...]``: obs, actions, old_logp, and what ``loss`` uses.
+    * ``minibatch_order(samples, generator)``: the order of the samples for one pass (default: shuffled).
     * ``evaluate(policy, minibatch)``: the policy's outputs the loss needs.
     * ``loss(outputs, minibatch)``: outputs of ``policy.evaluate`` (logp ``[n]``, entropy ``[n]``, values ``[n]``)
       -> ``(loss, metrics)``; metrics carry ``approx_kl`` for the actor's early stop.
     """
 
     config_class = UpdateConfig
-    uses_critic = True
-    uses_reference = False  # the actor keeps a frozen copy of the initial policy and adds ``ref_logp``
-    supervised = False  # trains on demonstrations (the runner's SFT loop), not on sampled trajectories
-    grouped_episodes = False  # envs run whole episodes in lock-step groups sharing initial states (GRPO)
-    off_policy = False  # trains from a replay buffer (``bind``, ``train``); env workers send ``next_obs``
-    uses_demonstrations = False  # an RL algorithm that also learns from demonstration transitions (RLPD)
+    worlds = ("embodied",)  # where it runs: embodied tasks, and with "text" also text tasks (the GRPO family)
+
+    @classmethod
+    def needs(cls, config) -> Needs:
+        """What a run of this algorithm with ``config`` needs (default: PPO's, a critic)."""
+        return Needs(critic=True)
 
     def __init__(self, config):
         self.config = config
@@ -128,11 +152,19 @@ class Algorithm:
     def prepare(self, selected: list[dict]) -> tuple[dict, dict]:
         raise NotImplementedError
 
+    def ratio_level(self) -> str:
+        """Where the ratio is taken (``losses.RATIO_LEVELS``); the config's ``ratio_level`` (decision without one)."""
+        return self.config.setting("ratio_level") if hasattr(self.config, "ratio_level") else "decision"
+
+    def minibatch_order(self, samples: dict, generator: torch.Generator) -> torch.Tensor:
+        """A permutation ``[N]`` of the prepared samples for one pass over them."""
+        return torch.randperm(len(samples["old_logp"]), generator=generator)
+
     def evaluate(self, policy, minibatch: dict) -> dict:
         """The policy's outputs on a minibatch that ``loss`` needs: ``policy.evaluate`` of the stored actions
         (logp, entropy, values ``[n]``), and with ``ratio_level='token'`` also ``token_logp`` ``[n, M]`` from
         ``policy.evaluate_tokens`` (logp and entropy are then its sums over the M factors)."""
-        if getattr(self.config, "ratio_level", "decision") == "token":
+        if self.ratio_level() == "token":
             token_logp, token_entropy, values = policy.evaluate_tokens(minibatch["obs"], minibatch["actions"])
             return dict(logp=token_logp.sum(-1), entropy=token_entropy.sum(-1), values=values, token_logp=token_logp)
         logp, entropy, values = policy.evaluate(minibatch["obs"], minibatch["actions"])
@@ -166,6 +198,11 @@ class Algorithm:
 def importance_metrics(surrogate_metrics: dict) -> dict:
     """The decoupled-PPO weights' metrics of ``Algorithm.surrogate`` (none without them)."""
     return {k: surrogate_metrics[k] for k in ("is_weight_mean", "is_truncated_fraction") if k in surrogate_metrics}
+
+
+def algorithm_needs(config) -> Needs:
+    """What the algorithm named by ``config.name``, with that config, needs from the run."""
+    return ALGORITHMS.get(config.name).needs(config)
 
 
 def algorithm_config_class(name: str):

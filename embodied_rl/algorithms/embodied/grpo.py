@@ -1,32 +1,38 @@
-"""Embodied GRPO: groups of G envs start from the same initial state; each episode is scored (success or return),
-the score's group-normalised advantage is given to every step of the episode; no critic.
+"""The GRPO family on embodied tasks (grpo, dr_grpo, dapo, gspo, gfpo, rloo, reinforce_pp; their defaults are
+``group_family.FAMILY``, shared with text): groups of G envs start from the same initial state; each episode is
+scored (success or return), the score's group-relative advantage is given to every step of the episode; no
+critic.
 
 Episodes run in lock-step (every env of a batch ends its episodes at the same steps: the env workers run them to
 the time limit and reset each group to a shared initial state), so a batch ``[T, B]`` holds ``T / L`` episodes of
-length L per env, and env ``b`` belongs to group ``b // G`` (group-contiguous across env workers).
+length L per env, and env ``b`` belongs to group ``b // G`` (group-contiguous across env workers). The family's
+words on an episode: a sequence is an episode, a token one of its trained steps (or, with ``ratio_level=token``,
+one factor of a step's decision).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
 
 from embodied_rl.algorithms.advantages import grpo_advantages
-from embodied_rl.algorithms.embodied.base import (ALGORITHMS, Algorithm, Problem, UpdateConfig, concat_rows,
+from embodied_rl.algorithms.embodied.base import (ALGORITHMS, Algorithm, Needs, Problem, UpdateConfig, concat_rows,
                                                  importance_metrics, select_rows)
-from embodied_rl.algorithms.filters import dynamic_sampling_mask
-from embodied_rl.algorithms.losses import KL_KINDS, kl_penalty
+from embodied_rl.algorithms.group_family import FAMILY, group_advantages
+from embodied_rl.algorithms.losses import AGG_MODES, KL_KINDS, RATIO_LEVELS, kl_penalty, policy_loss
+from embodied_rl.algorithms.registry import ADVANTAGE_ESTIMATORS
 
 SCORES = ("success", "return", "return_to_go")
-STEP_WEIGHTINGS = ("step", "episode")
+EPISODE = "episode"
+"""The index of a prepared step's episode ``[N]`` long (``ratio_level=sequence`` takes one ratio per episode)."""
 
 
 @dataclass
-class GRPOConfig(UpdateConfig):
+class GroupConfig(UpdateConfig):
     name: str = "grpo"
-    """The algorithm: a name registered in ``ALGORITHMS`` (ppo, grpo, sac, rlpd, sft)."""
+    """A member of the GRPO family (``group_family.FAMILY``): grpo, dr_grpo, dapo, gspo, gfpo, rloo, reinforce_pp."""
     group_size: int = 8
     """G: envs per group that start from the same initial state (the total env count must be a multiple)."""
     score: str = "success"
@@ -34,23 +40,30 @@ class GRPOConfig(UpdateConfig):
     'return_to_go' (each step scored by the rewards from it to the episode's end and compared with the group's
     members at the same step: a step is not credited with the luck of the steps before it; groups are filtered by
     their returns)."""
-    clip_low: float = 0.2
-    """Ratio clipped below at 1 - clip_low."""
-    clip_high: float = 0.28
-    """Ratio clipped above at 1 + clip_high (clip-higher: > clip_low keeps exploring)."""
-    normalize_std: bool = True
-    """Divide advantages by the group's score standard deviation (False: Dr.GRPO's mean-centred scores)."""
-    filter_groups: bool = True
-    """Drop groups whose members all scored the same (no signal) and sample more groups to fill the batch."""
+    clip_low: Optional[float] = None
+    """Ratio clipped below at 1 - clip_low (None: the algorithm's)."""
+    clip_high: Optional[float] = None
+    """Ratio clipped above at 1 + clip_high (clip-higher: > clip_low keeps exploring; None: the algorithm's)."""
+    ratio_level: Optional[str] = None
+    """'decision' (one ratio per step), 'token' (one per factor of a step's decision: needs a policy with
+    ``evaluate_tokens``) or 'sequence' (one per episode, GSPO); None: the algorithm's (sequence for gspo, else
+    decision)."""
+    loss_agg: Optional[str] = None
+    """How trained steps are averaged into the loss (``losses.AGG_MODES``): 'token-mean' (every step weighs the
+    same: a failure trained over the whole episode outweighs a success cut at its early first success),
+    'seq-mean-token-mean' (every episode weighs the same, its steps sharing its weight), 'seq-mean-token-sum'
+    (each episode's summed loss, averaged over episodes), 'seq-mean-token-sum-norm' (the summed loss over the
+    episode length, Dr.GRPO); None: the algorithm's."""
+    dynamic_sampling: Optional[bool] = None
+    """Drop groups whose members all scored the same (no signal) and sample more groups to fill the batch (None:
+    the algorithm's: on for dapo)."""
     max_sampling_rounds: int = 4
     """At most this many sampling rounds per update while filling the batch with informative groups."""
+    gfpo_keep: Optional[int] = None
+    """GFPO: keep the ``gfpo_keep`` episodes of each group with the fewest trained steps (the quickest successes;
+    default half the group)."""
     mask_after_success: bool = True
     """Train only on the steps up to an episode's first success (ManiSkill would have ended it there)."""
-    step_weighting: str = "step"
-    """How trained steps are averaged into the loss: 'step' (every step weighs the same, as token-mean in LLM
-    GRPO: a failure trained over the whole episode outweighs a success cut at its early first success) or
-    'episode' (every episode weighs the same, its steps sharing its weight: the mean over an episode's steps, then
-    over episodes, as seq-mean-token-mean)."""
     kl_coef: float = 0.0
     """Weight of the KL penalty to a frozen copy of the initial policy (0: none)."""
     kl_kind: str = "k3"
@@ -58,20 +71,42 @@ class GRPOConfig(UpdateConfig):
     ent_coef: float = 0.0
     """Weight of the entropy bonus."""
 
+    ratio_levels = RATIO_LEVELS
+
+    def setting(self, key: str):
+        """The config's value of ``key``, or the family member's default where it is None (``ratio_level``:
+        decision, or sequence for gspo)."""
+        value = getattr(self, key)
+        if value is not None:
+            return value
+        if key == "ratio_level":
+            return "sequence" if FAMILY[self.name].sequence_ratio else "decision"
+        return getattr(FAMILY[self.name], key)
+
     def problems(self) -> Iterator[Problem]:
+        if self.name not in FAMILY:
+            yield "name", self.name, ", ".join(FAMILY)
+            return
         yield from super().problems()
         if self.group_size < 2:
             yield "group_size", self.group_size, "an integer >= 2"
         if self.score not in SCORES:
             yield "score", self.score, ", ".join(SCORES)
-        if self.step_weighting not in STEP_WEIGHTINGS:
-            yield "step_weighting", self.step_weighting, ", ".join(STEP_WEIGHTINGS)
-        if not 0 < self.clip_low < 1:
+        if self.setting("loss_agg") not in AGG_MODES:
+            yield "loss_agg", self.loss_agg, ", ".join(AGG_MODES)
+        if not 0 < self.setting("clip_low") < 1:
             yield "clip_low", self.clip_low, "0 < clip_low < 1"
-        if not self.clip_high > 0:
+        if not self.setting("clip_high") > 0:
             yield "clip_high", self.clip_high, "> 0"
         if self.max_sampling_rounds < 1:
             yield "max_sampling_rounds", self.max_sampling_rounds, "an integer >= 1"
+        if self.gfpo_keep is not None and not 1 <= self.gfpo_keep <= self.group_size:
+            yield "gfpo_keep", self.gfpo_keep, f"1 to group_size ({self.group_size})"
+        if self.score == "return_to_go" and (FAMILY[self.name].keep_shortest or FAMILY[self.name].advantages
+                                             == "reinforce_pp"):
+            yield "score", self.score, "success or return for gfpo and reinforce_pp (per-step scores need groups)"
+        if self.setting("ratio_level") == "sequence" and self.off_policy_correction == "decoupled":
+            yield "off_policy_correction", self.off_policy_correction, "behaviour with ratio_level=sequence"
         if self.kl_coef < 0:
             yield "kl_coef", self.kl_coef, ">= 0"
         if self.kl_kind not in KL_KINDS:
@@ -113,32 +148,64 @@ def success_scores(success: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return scores, ~after_first
 
 
-def episode_step_weights(valid: torch.Tensor) -> torch.Tensor:
-    """valid ``[E, L]`` bool -> weights ``[E, L]``: ``N / (E * n_e)`` on episode e's ``n_e`` valid steps (N of them
-    in all), 0 elsewhere, so that the mean over the N valid steps of ``w * x`` is the mean over episodes of each
-    episode's mean ``x`` (episodes without a valid step get none)."""
+def aggregation_weights(valid: torch.Tensor, loss_agg: str) -> torch.Tensor:
+    """valid ``[E, L]`` bool -> weights ``[E, L]`` such that the mean over the N valid steps of ``w * x`` equals
+    ``losses.aggregate_loss(x, valid, loss_agg)`` for any per-step ``x`` ``[E, L]``: 1 for token-mean;
+    ``N / (E * n_e)`` on episode e's ``n_e`` valid steps for seq-mean-token-mean; ``N / E`` for seq-mean-token-sum;
+    ``N / L`` for seq-mean-token-sum-norm (E: all episodes, an episode without a trained step counting as 0 as
+    in ``aggregate_loss``; 0 on steps not trained)."""
     counts = valid.sum(dim=1, keepdim=True).to(torch.float32)
-    episodes = (counts > 0).sum().clamp(min=1)
-    return torch.where(valid, valid.sum() / (episodes * counts.clamp(min=1)), torch.zeros((), dtype=torch.float32))
+    total = valid.sum().to(torch.float32)
+    episodes = max(valid.shape[0], 1)
+    if loss_agg == "token-mean":
+        weight = torch.ones_like(counts)
+    elif loss_agg == "seq-mean-token-mean":
+        weight = total / (episodes * counts.clamp(min=1))
+    elif loss_agg == "seq-mean-token-sum":
+        weight = (total / episodes).expand_as(counts)
+    elif loss_agg == "seq-mean-token-sum-norm":
+        weight = (total / valid.shape[1]).expand_as(counts)
+    else:
+        raise ValueError(f"unknown loss_agg {loss_agg!r}; allowed: {', '.join(AGG_MODES)}")
+    return torch.where(valid, weight, torch.zeros((), dtype=torch.float32))
 
 
-def step_advantages(step_scores: torch.Tensor, group_size: int, normalize_std: bool = True) -> torch.Tensor:
+def step_advantages(step_scores: torch.Tensor, group_size: int, estimator=grpo_advantages) -> torch.Tensor:
     """Per-step group-relative advantages: ``step_scores`` ``[E, L]`` (episodes group-contiguous) -> ``[E, L]``,
-    where column ``l`` is ``grpo_advantages`` of the group members' scores at step ``l``."""
+    where column ``l`` is ``estimator`` (an ``ADVANTAGE_ESTIMATORS`` entry) of the group members' scores at step
+    ``l``."""
     E, L = step_scores.shape
-    by_step = grpo_advantages(step_scores.T.reshape(-1), group_size, normalize_std=normalize_std)  # [L * E]
+    by_step = estimator(step_scores.T.reshape(-1), group_size)  # [L * E]
     return by_step.reshape(L, E).T
 
 
-@ALGORITHMS.register("grpo")
-class GRPO(Algorithm):
-    config_class = GRPOConfig
-    uses_critic = False
-    grouped_episodes = True
+def sequence_log_ratio(log_ratio: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
+    """GSPO on episodes: per-step log-ratios ``[n]`` (or ``[n, M]`` per token) and each step's episode ``[n]`` ->
+    ``[n, 1]``: the mean log-ratio over the episode's steps in this minibatch, given to each of them (an episode
+    cut by a minibatch boundary is represented by its steps in each part)."""
+    per_step = log_ratio.reshape(len(log_ratio), -1).mean(dim=1)
+    ids, inverse = torch.unique(episode, return_inverse=True)
+    sums = torch.zeros(len(ids), dtype=per_step.dtype, device=per_step.device).index_add(0, inverse, per_step)
+    counts = torch.bincount(inverse, minlength=len(ids)).to(per_step.dtype)
+    return (sums / counts)[inverse][:, None]
+
+
+class GroupRelative(Algorithm):
+    """Every member of the GRPO family, registered under each name; the config's ``name`` picks the defaults."""
+
+    config_class = GroupConfig
+    worlds = ("embodied", "text")
+
+    @classmethod
+    def needs(cls, config) -> Needs:
+        return Needs(groups=True, reference=config.kl_coef > 0)
 
     @property
-    def uses_reference(self) -> bool:
-        return self.config.kl_coef > 0
+    def member(self):
+        return FAMILY[self.config.name]
+
+    def ratio_level(self) -> str:
+        return self.config.setting("ratio_level")
 
     def select(self, batch: dict) -> tuple[dict, dict]:
         """Cut a ``[T, B]`` batch into episodes ``[E, L]``, score them, and keep the informative groups."""
@@ -156,16 +223,22 @@ class GRPO(Algorithm):
         groups = len(scores) // c.group_size
         if len(scores) % c.group_size:
             raise ValueError(f"{len(scores)} episodes do not form groups of group_size={c.group_size}")
-        keep = dynamic_sampling_mask(scores, c.group_size) if c.filter_groups else torch.ones_like(valid[:, 0])
+        adv, keep, family_metrics = group_advantages(scores, valid.sum(dim=1), c.group_size, self.member,
+                                                     c.setting("dynamic_sampling"), c.gfpo_keep)
+        if c.score == "return_to_go":  # each step against the group's members at the same step
+            step_scores = rewards.flip(1).cumsum(1).flip(1)  # [E, L]
+            advantages = step_advantages(step_scores, c.group_size, ADVANTAGE_ESTIMATORS.get(self.member.advantages))
+        else:
+            advantages = adv[:, None].expand_as(valid)
+        group_kept = keep.view(-1, c.group_size).any(dim=1, keepdim=True).expand(-1, c.group_size).reshape(-1)
         episodes = dict(obs=to_episodes(batch["obs"], length), actions=to_episodes(batch["actions"], length),
-                        logp=to_episodes(batch["logp"], length), valid=valid, scores=scores)
-        if c.score == "return_to_go":
-            episodes["step_scores"] = rewards.flip(1).cumsum(1).flip(1)  # [E, L]
-        kept = {k: select_rows(v, keep) for k, v in episodes.items()}
+                        logp=to_episodes(batch["logp"], length), valid=valid & keep[:, None], scores=scores,
+                        advantages=advantages)
+        kept = {k: select_rows(v, group_kept) for k, v in episodes.items()}
         kept["groups_sampled"] = groups
-        metrics = {"train/groups_sampled": groups, "train/groups_kept": int(keep.sum()) // c.group_size,
+        metrics = {"train/groups_sampled": groups, "train/groups_kept": int(group_kept.sum()) // c.group_size,
                    "train/score_mean": scores.mean().item(),
-                   "train/success_once": success.any(dim=1).float().mean().item()}
+                   "train/success_once": success.any(dim=1).float().mean().item(), **family_metrics}
         return kept, metrics
 
     def enough(self, selected: list[dict], rounds: int) -> bool:
@@ -173,29 +246,43 @@ class GRPO(Algorithm):
         return kept_groups >= selected[0]["groups_sampled"] or rounds >= self.config.max_sampling_rounds
 
     def prepare(self, selected: list[dict]) -> tuple[dict, dict]:
-        """Kept episodes (at most one sampling round's worth of groups) -> flat valid steps with the episode's
-        advantage."""
+        """Kept episodes (at most one sampling round's worth of groups) -> flat trained steps with the episode's
+        advantage (times the aggregation weight of ``loss_agg``) and the episode's index."""
         c = self.config
         limit = selected[0]["groups_sampled"] * c.group_size
         cat = lambda key: select_rows(concat_rows([s[key] for s in selected]), slice(0, limit))  # noqa: E731
-        scores, valid = cat("scores"), cat("valid")
-        if c.score == "return_to_go":
-            advantages = step_advantages(cat("step_scores"), c.group_size, c.normalize_std)
-        else:
-            advantages = grpo_advantages(scores, c.group_size, normalize_std=c.normalize_std)[:, None].expand_as(valid)
-        weighted = advantages
-        if c.step_weighting == "episode":  # w >= 0 scales the clipped loss of its step: w max(-r A, -clip(r) A)
-            weighted = advantages * episode_step_weights(valid)
+        scores, valid, advantages = cat("scores"), cat("valid"), cat("advantages")
+        # w >= 0 scales the clipped loss of its step: w max(-r A, -clip(r) A)
+        weighted = advantages * aggregation_weights(valid, c.setting("loss_agg"))
+        episode = torch.arange(len(scores), device=valid.device)[:, None].expand_as(valid)
         samples = dict(obs=select_rows(cat("obs"), valid), actions=cat("actions")[valid], old_logp=cat("logp")[valid],
-                       advantages=weighted[valid])
-        metrics = {"train/advantage_abs_mean": advantages.abs().mean().item(),
+                       advantages=weighted[valid], **{EPISODE: episode[valid]})
+        metrics = {"train/advantage_abs_mean": advantages[valid].abs().mean().item() if valid.any() else 0.0,
                    "train/groups_trained": len(scores) // c.group_size, "train/steps_trained": int(valid.sum())}
         return samples, metrics
+
+    def minibatch_order(self, samples: dict, generator: torch.Generator) -> torch.Tensor:
+        """Shuffled steps; with one ratio per episode, shuffled episodes, each episode's steps together."""
+        if self.ratio_level() != "sequence":
+            return super().minibatch_order(samples, generator)
+        episode = samples[EPISODE].cpu()
+        ids = torch.unique(episode)
+        order = ids[torch.randperm(len(ids), generator=generator)]
+        rank = torch.empty(int(ids.max()) + 1 if len(ids) else 0, dtype=torch.long)
+        rank[order] = torch.arange(len(order))
+        return torch.sort(rank[episode] * len(episode) + torch.arange(len(episode))).indices
 
     def loss(self, outputs: dict, minibatch: dict) -> tuple[torch.Tensor, dict]:
         c = self.config
         logp = outputs["logp"]
-        pg_loss, pg_metrics = self.surrogate(outputs, minibatch, minibatch["advantages"], c.clip_low, c.clip_high)
+        clip_low, clip_high = c.setting("clip_low"), c.setting("clip_high")
+        if self.ratio_level() == "sequence":
+            log_ratio = sequence_log_ratio(logp - minibatch["old_logp"].to(logp.dtype), minibatch[EPISODE])
+            zeros = torch.zeros_like(log_ratio)
+            pg_loss, pg_metrics = policy_loss(log_ratio, zeros.detach(), minibatch["advantages"], torch.ones_like(
+                log_ratio), clip_low, clip_high)
+        else:
+            pg_loss, pg_metrics = self.surrogate(outputs, minibatch, minibatch["advantages"], clip_low, clip_high)
         entropy = outputs["entropy"].mean()
         loss = pg_loss - c.ent_coef * entropy
         metrics = {"policy_loss": pg_loss.item(), "entropy": entropy.item(), "approx_kl": pg_metrics["approx_kl"],
@@ -205,3 +292,7 @@ class GRPO(Algorithm):
             loss = loss + c.kl_coef * kl
             metrics["kl_to_reference"] = kl.item()
         return loss, metrics
+
+
+for _name in FAMILY:
+    ALGORITHMS.register(_name)(GroupRelative)

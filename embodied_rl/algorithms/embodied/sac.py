@@ -16,7 +16,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, OptimizerConfig, Problem, flat_steps
+from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, Needs, OptimizerConfig, Problem, flat_steps
 from embodied_rl.algorithms.embodied.sft import DemonstrationSettings
 from embodied_rl.algorithms.replay import ReplayBuffer
 
@@ -171,8 +171,10 @@ class SAC(Algorithm):
     ``q_values`` (``mlp_sac``)."""
 
     config_class = SACConfig
-    off_policy = True
-    uses_critic = True
+
+    @classmethod
+    def needs(cls, config) -> Needs:
+        return Needs(critic=True, replay=True)
 
     def __init__(self, config):
         super().__init__(config)
@@ -339,7 +341,10 @@ class RLPD(SAC):
     """SAC with demonstrations in every batch (``demo_ratio``) and a min over a random pair of critics."""
 
     config_class = RLPDConfig
-    uses_demonstrations = True
+
+    @classmethod
+    def needs(cls, config) -> Needs:
+        return Needs(critic=True, replay=True, demonstrations="mixed")
 
     def actor_objective(self, batch, q_pi, logp, alpha, metrics):
         """SAC's, or with ``bc_weight`` TD3+BC's on the batch's demonstration rows (the last ``demo_rows``)."""

@@ -8,7 +8,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, OptimizerConfig, Problem
+from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, Needs, OptimizerConfig, Problem
 
 DEMO_SOURCES = ("motion_planning", "path")
 
@@ -74,8 +74,10 @@ class SFT(Algorithm):
     ``[n, K, A]``, as the policy predicts them)."""
 
     config_class = SFTConfig
-    uses_critic = False
-    supervised = True
+
+    @classmethod
+    def needs(cls, config) -> Needs:
+        return Needs(demonstrations="only")
 
     def learning_rate(self, progress: float) -> float:
         """Cosine from ``lr`` at progress 0 to 0 at progress 1 (constant without ``cosine_decay``)."""

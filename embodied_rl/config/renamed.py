@@ -1,0 +1,63 @@
+"""Keys that were renamed: one concept, one name (docs/vocabulary.md). An old key in a recipe, a ``--config`` file or
+a ``key=value`` override is refused with one line naming the new key; a run directory's saved ``config.yaml`` from
+before the rename is read with the old keys translated (``upgrade_algorithm_section``), so old runs still resume and
+evaluate."""
+
+from __future__ import annotations
+
+import re
+
+from embodied_rl.config.errors import ConfigError
+
+RENAMED = {
+    "algorithm.filter_groups": "algorithm.dynamic_sampling",
+    "algorithm.step_weighting": "algorithm.loss_agg (step -> token-mean, episode -> seq-mean-token-mean)",
+    "algorithm.normalize_std": "algorithm.name=dr_grpo (normalize_std=false) or the grpo default (true)",
+    "rl.max_sampling_rounds": "algorithm.max_sampling_rounds",
+}
+"""Old dotted key -> what to write instead."""
+
+_STAGE_PREFIX = re.compile(r"^stages\.\d+\.")
+
+
+def dotted_keys(tree, prefix: str = "") -> list[str]:
+    """Every leaf's (and section's) dotted key of nested mappings and lists."""
+    keys = []
+    items = tree.items() if hasattr(tree, "items") else enumerate(tree) if isinstance(tree, (list, tuple)) else ()
+    for key, value in items:
+        path = f"{prefix}{key}"
+        keys.append(path)
+        if hasattr(value, "items") or isinstance(value, (list, tuple)):
+            keys.extend(dotted_keys(value, path + "."))
+    return keys
+
+
+def refuse_renamed(tree, source: str) -> None:
+    """Raise ConfigError naming the new key when ``tree`` (a plain or OmegaConf mapping read from ``source``) uses a
+    renamed key, at the top level or inside a recipe's ``stages``."""
+    if tree is None:
+        return
+    container = tree
+    if not isinstance(tree, (dict, list)):
+        from omegaconf import OmegaConf
+
+        container = OmegaConf.to_container(tree, resolve=False)
+    for key in dotted_keys(container):
+        plain = _STAGE_PREFIX.sub("", key)
+        if plain in RENAMED:
+            raise ConfigError(f"{key} ({source}) was renamed; use {RENAMED[plain]}")
+
+
+def upgrade_algorithm_section(section: dict) -> dict:
+    """A saved run's ``algorithm`` section with the renamed keys translated (for configs written before the
+    rename)."""
+    section = dict(section)
+    if "filter_groups" in section:
+        section["dynamic_sampling"] = section.pop("filter_groups")
+    if "step_weighting" in section:
+        section["loss_agg"] = {"step": "token-mean", "episode": "seq-mean-token-mean"}[section.pop("step_weighting")]
+    if "normalize_std" in section:
+        if not section.pop("normalize_std") and section.get("name") == "grpo":
+            section["name"] = "dr_grpo"
+            section.setdefault("loss_agg", "token-mean")
+    return section

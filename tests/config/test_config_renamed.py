@@ -1,0 +1,45 @@
+"""One concept, one name: renamed keys are refused with the new name; saved configs from before a rename still load;
+``algorithm.name`` on a staged recipe switches the stages that sample the env."""
+
+import pytest
+
+from embodied_rl.config import ConfigError, load_train_config
+from embodied_rl.config.reasoning import load_reasoning_config
+from embodied_rl.config.renamed import RENAMED, refuse_renamed, upgrade_algorithm_section
+from embodied_rl.config.stages import load_stages
+
+
+@pytest.mark.parametrize("override, new", [("algorithm.filter_groups=true", "algorithm.dynamic_sampling"),
+                                           ("algorithm.step_weighting=episode", "algorithm.loss_agg"),
+                                           ("algorithm.normalize_std=false", "algorithm.name=dr_grpo")])
+def test_renamed_embodied_keys_are_refused_naming_the_new_key(override, new):
+    with pytest.raises(ConfigError, match=f"{override.split('=')[0]} .*renamed; use {new}"):
+        load_train_config("maniskill_pushcube", None, ["algorithm.name=grpo", override])
+
+
+def test_renamed_keys_are_refused_inside_stages_and_on_text_tasks(tmp_path):
+    with pytest.raises(ConfigError, match="stages.1.algorithm.filter_groups .*algorithm.dynamic_sampling"):
+        refuse_renamed({"stages": [{}, {"algorithm": {"filter_groups": True}}]}, "a file")
+    with pytest.raises(ConfigError, match="rl.max_sampling_rounds .*use algorithm.max_sampling_rounds"):
+        load_reasoning_config("math_arith", None, ["rl.max_sampling_rounds=2"])
+    assert all(old != new.split()[0] for old, new in RENAMED.items())
+
+
+def test_a_saved_config_from_before_the_rename_is_translated():
+    old = {"name": "grpo", "filter_groups": True, "step_weighting": "episode", "normalize_std": False}
+    assert upgrade_algorithm_section(old) == {"name": "dr_grpo", "dynamic_sampling": True,
+                                              "loss_agg": "seq-mean-token-mean"}
+    assert upgrade_algorithm_section({"name": "grpo", "step_weighting": "step"}) == {"name": "grpo",
+                                                                                      "loss_agg": "token-mean"}
+
+
+def test_algorithm_name_on_a_staged_recipe_switches_the_stages_that_sample_the_env():
+    _, stages = load_stages("maniskill_pickcube", None, ["algorithm.name=dapo", "algorithm.clip_high=0.3"])
+    assert [s.name for s in stages] == ["0-sft", "1-dapo"]
+    sft, rl = (s.config.algorithm for s in stages)
+    assert sft.name == "sft" and rl.name == "dapo"
+    assert rl.group_size == 4 and rl.lr == pytest.approx(3e-5) and rl.clip_high == 0.3  # the recipe's keys stay
+    with pytest.raises(ConfigError, match="algorithm.name=sft: .*stages.N.algorithm.name"):
+        load_stages("maniskill_pickcube", None, ["algorithm.name=sft"])
+    with pytest.raises(ConfigError, match="algorithm.name='nope' is not a registered algorithm; allowed: .*gspo"):
+        load_stages("maniskill_pickcube", None, ["algorithm.name=nope"])
