@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from embodied_rl.algorithms.text_rl import TextRLConfig
 from embodied_rl.config.errors import ConfigError
+from embodied_rl.config.schema import FaultConfig
 from embodied_rl.engines.quantization import QUANTIZATIONS
 from embodied_rl.engines.registry import ENGINES, engine_package_imports
 
@@ -126,6 +127,10 @@ class ReasoningConfig:
     eval: TextEvalConfig = field(default_factory=TextEvalConfig)
     checkpoint: TextCheckpointConfig = field(default_factory=TextCheckpointConfig)
     cluster: TextClusterConfig = field(default_factory=TextClusterConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
+    """The embodied runs' deadlines: ``hang_timeout_s`` bounds every generation, scoring and weight call (a
+    generation worker past it is killed and replaced like a dead one), ``update_timeout_s`` every trainer update,
+    ``start_timeout_s`` every worker's construction."""
     torch_threads: int = 2
     """Threads of the trainer and of each generation worker."""
 
@@ -198,6 +203,8 @@ def validate_reasoning(c: ReasoningConfig) -> None:
              "an integer >= 0 (0: only at the end)")
     _require(c.checkpoint.keep_last >= 1, "checkpoint.keep_last", c.checkpoint.keep_last, "an integer >= 1")
     _require(c.trainer.timeout_s > 0, "trainer.timeout_s", c.trainer.timeout_s, "> 0 seconds")
+    for key in ("hang_timeout_s", "start_timeout_s", "update_timeout_s"):
+        _require(getattr(c.fault, key) > 0, f"fault.{key}", getattr(c.fault, key), "> 0 seconds")
     _require(c.sft.steps >= 0, "sft.steps", c.sft.steps, "an integer >= 0")
     _require(c.sft.batch_size >= 1, "sft.batch_size", c.sft.batch_size, "an integer >= 1")
     _require(c.rl.iterations >= 0, "rl.iterations", c.rl.iterations, "an integer >= 0")

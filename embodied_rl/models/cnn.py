@@ -9,9 +9,8 @@ import math
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions import Normal
 
-from embodied_rl.models.mlp import _mlp
+from embodied_rl.models.policy import GaussianActorCritic
 from embodied_rl.models.registry import POLICIES
 
 _KERNELS = (8, 4, 3)  # NatureCNN's three convolutions: kernel sizes and strides
@@ -39,7 +38,7 @@ def _image_encoder(channels_in: int, conv_channels, image_size: tuple[int, int],
 
 
 @POLICIES.register("cnn")
-class CNNActorCritic(nn.Module):
+class CNNActorCritic(GaussianActorCritic):
     """Actor-critic on dict observations (``env.obs_mode=rgb``).
 
     obs: ``{"rgb": uint8 [B, H, W, C]`` (channels last, as the envs give them; C = 3, or more for several cameras
@@ -50,7 +49,8 @@ class CNNActorCritic(nn.Module):
     ``conv_channels``) -> ``image_features``; state, normalised by ``state_mean`` / ``state_std`` (identity until
     ``set_observation_normalization``) -> linear ``state_features``; both ReLU, concatenated: ``[B, F]``.
     Actor: F -> ``hidden_sizes`` -> Gaussian mean ``[B, A]`` (``[B, K, A]`` with ``action_chunk`` K > 1: K actions
-    run open loop) with a state-independent log std. Critic: F -> ``hidden_sizes`` -> value ``[B]``.
+    run open loop) with a state-independent log std. Critic: F -> ``hidden_sizes`` -> value ``[B]``
+    (``GaussianActorCritic``).
 
     ``obs_shapes`` (given by the runner from the env, see runners/setup.py ``observation_spec``): each observation
     part's shape without the batch axis, ``{"rgb": [H, W, C], "state": [D], ...}``; ``obs_dim`` is D (0: no state).
@@ -71,7 +71,7 @@ class CNNActorCritic(nn.Module):
                              f"got {height}x{width}")
         if len(conv_channels) != len(_KERNELS):
             raise ValueError(f"conv_channels needs {len(_KERNELS)} widths, got {list(conv_channels)}")
-        self.action_dim, self.action_chunk, self.state_dim = action_dim, int(action_chunk), int(obs_dim)
+        self.state_dim = int(obs_dim)
         self.image_encoder = _image_encoder(channels, conv_channels, (height, width), image_features)
         self.state_encoder = None
         features = image_features
@@ -82,11 +82,7 @@ class CNNActorCritic(nn.Module):
             features += state_features
         self.register_buffer("state_mean", torch.zeros(self.state_dim))
         self.register_buffer("state_std", torch.ones(self.state_dim))
-        outputs = action_dim * self.action_chunk
-        hidden = list(hidden_sizes)
-        self.actor_mean = _mlp([features, *hidden, outputs], out_gain=0.01 * math.sqrt(2))
-        self.critic = _mlp([features, *hidden, 1], out_gain=1.0)
-        self.actor_log_std = nn.Parameter(torch.full((1, outputs), float(init_log_std)))
+        self.build_heads(features, action_dim, hidden_sizes, init_log_std, action_chunk)
 
     def set_observation_normalization(self, obs) -> None:
         """Normalise the state part by the mean and standard deviation of ``obs`` (demonstrations): a dict with
@@ -103,38 +99,3 @@ class CNNActorCritic(nn.Module):
         if self.state_encoder is not None:
             parts.append(self.state_encoder((obs["state"].float() - self.state_mean) / self.state_std))
         return torch.cat(parts, dim=-1)
-
-    def _distribution(self, features: torch.Tensor) -> Normal:
-        """Over the flat decision ``[B, K * A]``."""
-        mean = self.actor_mean(features)
-        return Normal(mean, self.actor_log_std.expand_as(mean).exp())
-
-    def _shaped(self, flat: torch.Tensor) -> torch.Tensor:
-        return flat.view(-1, self.action_chunk, self.action_dim) if self.action_chunk > 1 else flat
-
-    def value(self, obs: dict) -> torch.Tensor:
-        """Values ``[B]``."""
-        return self.critic(self.features(obs)).squeeze(-1)
-
-    @torch.no_grad()
-    def act(self, obs: dict, deterministic: bool = False):
-        """obs -> actions ``[B, A]`` (``[B, K, A]`` for chunks), log-probs ``[B]`` (summed over the K * A
-        dimensions), values ``[B]``."""
-        features = self.features(obs)
-        dist = self._distribution(features)
-        actions = dist.mean if deterministic else dist.sample()
-        return self._shaped(actions), dist.log_prob(actions).sum(-1), self.critic(features).squeeze(-1)
-
-    def evaluate(self, obs: dict, actions: torch.Tensor):
-        """Log-probs ``[B]``, entropies ``[B]`` and values ``[B]`` of ``actions`` ``[B, A]`` (or ``[B, K, A]``)
-        under the current policy."""
-        features = self.features(obs)
-        dist = self._distribution(features)
-        flat = actions.reshape(len(features), -1)
-        return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), self.critic(features).squeeze(-1)
-
-    def supervised_loss(self, obs: dict, target_actions: torch.Tensor) -> torch.Tensor:
-        """Behaviour cloning: mean squared error between the action mean ``[B, K * A]`` and ``target_actions``
-        ``[B, A]`` (or ``[B, K, A]``)."""
-        mean = self._distribution(self.features(obs)).mean
-        return nn.functional.mse_loss(mean, target_actions.reshape(len(mean), -1))

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
+from embodied_rl.models.policy import Policy
 from embodied_rl.models.registry import POLICIES
 from embodied_rl.models.state_features import StateFeatures
 
@@ -37,7 +38,7 @@ def relu_mlp(sizes: list[int], layer_norm: bool = False) -> nn.Sequential:
 
 
 @POLICIES.register("mlp_sac")
-class SquashedGaussianActorQ(StateFeatures, nn.Module):
+class SquashedGaussianActorQ(StateFeatures, Policy):
     """Actor: obs ``[B, D]`` -> ``tanh(u)``, ``u ~ N(mean(obs), std(obs))`` over the flat decision ``[B, K * A]``
     (K > 1 with ``action_chunk``: K actions run open loop), actions in [-1, 1] as ManiSkill's normalised
     controllers take them; critics: ``num_q`` networks ``Q(obs, action)`` -> ``[num_q, B]``.

@@ -10,19 +10,21 @@ import math
 
 import torch
 from torch import nn
-from torch.distributions import Normal
 
+from embodied_rl.models.policy import GaussianActorCritic
 from embodied_rl.models.registry import POLICIES
 
 
 @POLICIES.register("transformer")
-class TransformerActorCritic(nn.Module):
+class TransformerActorCritic(GaussianActorCritic):
     """obs ``[B, D]`` -> ``ceil(D / token_size)`` tokens of width ``d_model`` -> encoder -> mean-pooled
-    features -> Gaussian action mean ``[B, A]`` (state-independent log std) and value ``[B]``."""
+    features -> Gaussian action mean ``[B, A]`` (state-independent log std) and value ``[B]``, each one linear
+    layer on the features (``GaussianActorCritic``'s act, evaluate and supervised loss)."""
 
     def __init__(self, obs_dim: int, action_dim: int, hidden_sizes=(128,), token_size: int = 4, num_layers: int = 2,
                  num_heads: int = 4, init_log_std: float = -0.5):
         super().__init__()
+        self.action_dim, self.action_chunk = action_dim, 1
         d_model = int(list(hidden_sizes)[0])
         self.token_size = token_size
         self.num_tokens = math.ceil(obs_dim / token_size)
@@ -41,29 +43,3 @@ class TransformerActorCritic(nn.Module):
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         tokens = nn.functional.pad(obs, (0, self.pad)).view(obs.shape[0], self.num_tokens, self.token_size)
         return self.encoder(self.embed(tokens) + self.position).mean(dim=1)
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.features(obs)).squeeze(-1)
-
-    def distribution(self, obs: torch.Tensor) -> Normal:
-        mean = self.actor_mean(self.features(obs))
-        return Normal(mean, self.actor_log_std.expand_as(mean).exp())
-
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False):
-        """obs ``[B, D]`` -> actions ``[B, A]``, log-probs ``[B]``, values ``[B]``."""
-        features = self.features(obs)
-        mean = self.actor_mean(features)
-        dist = Normal(mean, self.actor_log_std.expand_as(mean).exp())
-        actions = mean if deterministic else dist.sample()
-        return actions, dist.log_prob(actions).sum(-1), self.critic(features).squeeze(-1)
-
-    def supervised_loss(self, obs: torch.Tensor, target_actions: torch.Tensor) -> torch.Tensor:
-        """Behaviour cloning: mean squared error between the action mean ``[B, A]`` and ``target_actions``."""
-        return nn.functional.mse_loss(self.distribution(obs).mean, target_actions)
-
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
-        features = self.features(obs)
-        mean = self.actor_mean(features)
-        dist = Normal(mean, self.actor_log_std.expand_as(mean).exp())
-        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1), self.critic(features).squeeze(-1)

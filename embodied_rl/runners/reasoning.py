@@ -25,9 +25,10 @@ import torch
 
 import sim_envs
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
-from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml, weight_sync
+from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml
+from embodied_rl.runners.text_workers import GenerationRound, TextWorkers
+from embodied_rl.runners.weight_sync import get_failing_fast
 from embodied_rl.runtime import Cluster, WorkerGroup
-from embodied_rl.runtime.collective import form_collective
 from embodied_rl.utils.checkpoint import Checkpoint, save_checkpoint
 from embodied_rl.utils.metrics_log import MetricsLog
 from embodied_rl.workers.generation_worker import GenerationWorker
@@ -38,10 +39,6 @@ EVAL_SEED = 10_000_019
 """Seed of held-out generation (sampled only where ``generation.eval_temperature`` > 0)."""
 MODEL_DIR = "model"
 """Where a finished run writes its model in the Hugging Face layout (``model.name=<run_dir>/model`` loads it)."""
-WEIGHTS_COLLECTIVE = "reasoning-weights"
-"""The collective of trainer rank 0 (its rank 0) and the generation workers, under broadcast weight sync."""
-
-
 class ReasoningRunner:
     def __init__(self, config: ReasoningConfig, run_dir: Path, resume: Checkpoint | None = None):
         """``resume``: a checkpoint of this run to continue from (``--resume``): RL goes on at its iteration with
@@ -52,8 +49,7 @@ class ReasoningRunner:
         self.iteration = int(resume.counters["iteration"]) if resume else 0
         self.responses = int(resume.counters["env_steps"]) if resume else 0  # one response is one env step
         self.evaluations: dict[str, float] = dict(resume.counters.get("eval", {})) if resume else {}
-        self.published_version = 0
-        self.weights_collective = None  # the collective's name under broadcast weight sync, once formed
+        self.workers: TextWorkers | None = None
 
     def run(self) -> dict:
         c = self.config
@@ -62,7 +58,8 @@ class ReasoningRunner:
             model = {"name": c.model.name, "seed": c.model.seed}
             env = self._env_group(share)
             generation = WorkerGroup(GenerationWorker, "generation", c.generation.num_workers, cpus_per_worker=share,
-                                     model=model, quantization=c.generation.quantization,
+                                     start_timeout_s=c.fault.start_timeout_s, model=model,
+                                     quantization=c.generation.quantization,
                                      engine=c.generation.engine, torch_threads=c.torch_threads)
             parallel = rendezvous = None
             if c.trainer.backend != "single":
@@ -77,13 +74,14 @@ class ReasoningRunner:
             actor = WorkerGroup(LMActorWorker, "lm-actor", c.trainer.world_size, cpus_per_worker=share, model=model,
                                 algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
                                 torch_threads=c.torch_threads)
-            self.env, self.generation, self.actor = env.workers[0], generation, actor
+            self.env, self.actor = env.workers[0], actor
+            self.workers = TextWorkers(c, self.env, generation, actor)
             log = MetricsLog(self.run_dir, self.responses if self.resume else None)
             try:
-                self._form_weight_sync()
+                self.workers.form_weight_sync()
                 if self.resume:
                     self._restore()
-                self._publish()
+                self.workers.publish()
                 if not self.resume:
                     self._log(log, self._evaluate("eval/start"))
                     if c.sft.steps:
@@ -109,62 +107,6 @@ class ReasoningRunner:
         rank 0's first (the one that returns the whole batch's metrics and the whole model)."""
         return self.actor.call(method, *args)
 
-    def _form_weight_sync(self) -> None:
-        """With ``generation.weight_sync`` broadcast: make trainer rank 0 (the collective's rank 0) and the generation
-        workers one collective, NCCL when every member computes on a GPU, else gloo."""
-        self.weights_collective = None
-        mode = weight_sync(self.config.generation)
-        members = [self.actor.workers[0], *self.generation.workers]
-        if mode == "broadcast":
-            on_gpu = all(d.startswith("cuda") for d in ray.get([m.device_name.remote() for m in members]))
-            backend = "nccl" if on_gpu else "gloo"
-            form_collective(WEIGHTS_COLLECTIVE, members, backend=backend)
-            self.weights_collective = WEIGHTS_COLLECTIVE
-            mode = f"broadcast over {backend}"
-        print(f"weight sync: {mode}, trainer rank 0 -> {len(self.generation.workers)} generation workers",
-              file=sys.stderr, flush=True)
-
-    def _publish(self) -> float:
-        """The trainer's weights and version to every generation worker; returns the seconds it took once they were
-        free (``time/weight_sync_s``).
-
-        In async mode a worker may still be generating: Ray runs its calls one at a time, so a receive would wait
-        behind the generate while trainer rank 0 sat in the broadcast, bounded by the collective's timeout. The
-        broadcast therefore starts once every worker has answered a ping (the object-store path pings too, to time
-        the same thing, after starting the trainer's copy of its weights, which needs no worker)."""
-        workers, name = self.generation.workers, self.weights_collective
-        gathered = None if name else self._actor("get_weights")
-        ray.get([worker.ping.remote() for worker in workers])
-        started = time.perf_counter()
-        if name:
-            sent = self._actor("broadcast_weights", name)
-            received = [worker.receive_weights.remote(name) for worker in workers]
-        else:
-            sent = gathered
-            received = [worker.load_weights.remote(sent[0]) for worker in workers]
-        results = _wait_all(sent + received)
-        version = results[0] if name else results[0][1]
-        versions = results[len(sent):]
-        if set(versions) != {version}:
-            raise RuntimeError(f"weight sync left the generation workers at policy versions {versions}, the trainer "
-                               f"at {version}")
-        self.published_version = version
-        return time.perf_counter() - started
-
-    def _start_generation(self, questions: list, temperature: float, seed: int, method: str = "generate") -> list:
-        """Split ``questions`` over the generation workers (contiguous parts, so groups stay together mostly);
-        the futures of their answers. ``method``: the workers' ``generate`` (question strings) or ``generate_ids``
-        (prompt token-id lists)."""
-        c = self.config.generation
-        parts = np.array_split(np.arange(len(questions)), len(self.generation.workers))
-        return [getattr(worker, method).remote([questions[i] for i in part],
-                                               dict(max_new_tokens=c.max_new_tokens, temperature=temperature,
-                                                    seed=seed * 1009 + rank))
-                for rank, (worker, part) in enumerate(zip(self.generation.workers, parts)) if len(part)]
-
-    def _generate(self, questions: list[str], temperature: float, seed: int) -> list[dict]:
-        return [a for answers in ray.get(self._start_generation(questions, temperature, seed)) for a in answers]
-
     def _evaluate(self, prefix: str) -> dict:
         started = time.perf_counter()
         result = {k.replace("eval/", f"{prefix}/"): v for k, v in self._heldout_metrics().items()}
@@ -177,28 +119,29 @@ class ReasoningRunner:
     def _heldout_metrics(self) -> dict:
         """One held-out evaluation's metrics (``eval/heldout_accuracy``, ``eval/problems``, ...)."""
         c = self.config
-        questions = ray.get(self.env.heldout_questions.remote(c.eval.num_problems))
-        answers = self._generate(questions, c.generation.eval_temperature, seed=EVAL_SEED)
-        return ray.get(self.env.score_heldout.remote([a["text"] for a in answers]))
+        questions = self.workers.call_env("heldout_questions", c.eval.num_problems)
+        answers = self.workers.generate(questions, c.generation.eval_temperature, seed=EVAL_SEED)
+        return self.workers.call_env("score_heldout", [a["text"] for a in answers])
 
     def _sft(self, log: MetricsLog) -> None:
         metrics = self._sft_update()
-        metrics["time/weight_sync_s"] = self._publish()
+        metrics["time/weight_sync_s"] = self.workers.publish()
         metrics.update(self._evaluate("eval/sft"))
         self._log(log, metrics)
 
     def _sft_update(self) -> dict:
         """The SFT warm start on the actor (rank 0's metrics): next-token loss on the train split's answers."""
         c = self.config.sft
-        examples = ray.get(self.env.sft_examples.remote())
-        return ray.get(self._actor("sft_update", examples, c.steps, c.batch_size, c.lr))[0]
+        examples = self.workers.call_env("sft_examples")
+        return get_failing_fast(self._actor("sft_update", examples, c.steps, c.batch_size, c.lr),
+                                self.config.fault.update_timeout_s, "the SFT warm start (fault.update_timeout_s)")[0]
 
-    def _start_batch(self, sampling_round: int = 0) -> list:
-        """Generation of the env's current prompts, started (the futures)."""
+    def _start_batch(self, sampling_round: int = 0) -> GenerationRound:
+        """Generation of the env's current prompts, started."""
         c = self.config
-        questions = ray.get(self.env.prompts.remote())
+        questions = self.workers.call_env("prompts")
         seed = c.seed * 100_003 + self.iteration + 7_919 * sampling_round
-        return self._start_generation(questions, c.generation.temperature, seed=seed)
+        return self.workers.start_generation(questions, c.generation.temperature, seed=seed)
 
     def _train(self, log: MetricsLog) -> None:
         """``rl.iterations`` updates. Synchronous: sample, score, update, publish. Async (``rl.max_staleness=1``):
@@ -212,9 +155,10 @@ class ReasoningRunner:
             step_start = time.perf_counter()
             answers, scores, metrics = self._collect(pending)
             metrics["time/generate_wait_s"] = metrics.pop("wait_s")
+            metrics.update(self.workers.apply_scale_request(self.run_dir))  # nothing is generating here, in either mode
             batch = self._trainer_batch(answers, scores)
             r = c.rl
-            trained_version = self.published_version  # the actor's weights as this update starts
+            trained_version = self.workers.published_version  # the actor's weights as this update starts
             update_start = time.time()
             update = self._actor("rl_update", batch, r.lr, c.generation.temperature, r.update_rounds,
                                  r.num_minibatches, r.max_grad_norm)
@@ -222,16 +166,16 @@ class ReasoningRunner:
             self.iteration += 1
             if overlap and not last:
                 pending = self._start_batch()
-            metrics.update(ray.get(update)[0])
+            metrics.update(get_failing_fast(update, c.fault.update_timeout_s, "the trainer's update "
+                                            "(fault.update_timeout_s)")[0])
             update_end = time.time()
-            metrics["time/weight_sync_s"] = self._publish()
+            metrics["time/weight_sync_s"] = self.workers.publish()
             if overlap and not last:  # how long the next batch's generation ran beside this update
-                generation = ray.get(pending)[0][0]
-                metrics["time/overlap_s"] = max(0.0, min(update_end, generation["generate_ended"])
-                                                - max(update_start, generation["generate_started"]))
+                metrics["time/overlap_s"] = self.workers.overlap_s(pending, update_start, update_end)
             if not overlap and not last:
                 pending = self._start_batch()
                 metrics["time/overlap_s"] = 0.0
+            metrics.update(self.workers.faults)
             metrics.update({"train/iteration": self.iteration,
                             "train/policy_staleness": trained_version - min(a["policy_version"] for a in answers),
                             "time/iteration_s": time.perf_counter() - step_start,
@@ -248,7 +192,7 @@ class ReasoningRunner:
         return {"prompt_ids": [a["prompt_ids"] for a in answers], "token_ids": [a["token_ids"] for a in answers],
                 "logprobs": [a["logprobs"] for a in answers], "scores": scores}
 
-    def _collect(self, pending: list) -> tuple[list[dict], list[float], dict]:
+    def _collect(self, pending: GenerationRound) -> tuple[list[dict], list[float], dict]:
         """The answers to one batch of prompts (``pending``'s) with their scores, and the sampling metrics.
 
         With dynamic sampling and ``algorithm.max_sampling_rounds`` > 1 (DAPO's resample-to-fill), groups whose G
@@ -263,14 +207,13 @@ class ReasoningRunner:
         tokens = rounds = 0
         while True:
             waiting = time.perf_counter()
-            parts = ray.get(pending)
+            answers = self.workers.finish_generation(pending)
             wait_s += time.perf_counter() - waiting
             rounds += 1
-            answers = [a for part in parts for a in part]
-            scored = ray.get(self.env.score.remote([a["text"] for a in answers]))  # also draws the next prompts
+            scored = self.workers.call_env("score", [a["text"] for a in answers])  # also draws the next prompts
             self.responses += len(answers)
             tokens += sum(len(a["token_ids"]) for a in answers)
-            generate_s += max(part[0]["generate_s"] for part in parts if part)
+            generate_s += max(a["generate_s"] for a in answers)
             for key in every_score:
                 every_score[key].extend(scored[key])
             rewards = np.asarray(scored["rewards"], dtype=float).reshape(-1, G)
@@ -301,33 +244,26 @@ class ReasoningRunner:
         """A checkpoint of the run at ``self.iteration`` (in async mode the next batch, already generating, is
         not part of it: a resumed run samples that batch anew); ``final``: also the model in the Hugging Face
         layout."""
-        state = ray.get(self._actor("training_state"))[0]
+        state = get_failing_fast(self._actor("training_state"), self.config.fault.hang_timeout_s,
+                                 "the trainer's state")[0]
         counters = {"iteration": self.iteration, "env_steps": self.responses, "task": self.config.task,
                     "eval": self.evaluations}
         save_checkpoint(self.run_dir / "checkpoints", self.iteration, state["weights"], state["trainer_state"],
                         counters, reasoning_yaml(self.config), keep_last=self.config.checkpoint.keep_last,
                         env_state=self._env_state())
         if final:
-            ray.get(self._actor("save_pretrained", str(self.run_dir / MODEL_DIR)))
+            get_failing_fast(self._actor("save_pretrained", str(self.run_dir / MODEL_DIR)),
+                             self.config.fault.hang_timeout_s, "the trainer saving the model")
 
     def _env_state(self) -> list | None:
         """The train env's prompt sampler (``TextEnvWorker.state``), saved with a checkpoint."""
-        return [ray.get(self.env.state.remote())]
+        return [self.workers.call_env("state")]
 
     def _restore(self) -> None:
         """Load ``self.resume`` into the trainer ranks (all at once) and the env worker."""
         checkpoint = self.resume
-        ray.get(self._actor("load_training_state", checkpoint.weights, checkpoint.trainer_state))
+        get_failing_fast(self._actor("load_training_state", checkpoint.weights, checkpoint.trainer_state),
+                         self.config.fault.hang_timeout_s, "the trainer loading the checkpoint")
         if checkpoint.env_state:
-            ray.get(self.env.restore.remote(checkpoint.env_state[0]))
+            self.workers.call_env("restore", checkpoint.env_state[0])
         print(f"resumed from {checkpoint.path} at RL iteration {self.iteration}", file=sys.stderr, flush=True)
-
-
-def _wait_all(futures: list) -> list:
-    """``ray.get(futures)``, raising the first failure as soon as it happens: a trainer rank that fails before the
-    broadcast must not leave the run waiting on its receivers until the collective's timeout."""
-    pending = list(futures)
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        ray.get(ready)
-    return ray.get(futures)

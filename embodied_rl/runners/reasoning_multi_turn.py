@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import ray
 
 import sim_envs
 from embodied_rl.config.errors import ConfigError
@@ -28,6 +27,7 @@ from embodied_rl.config.reasoning import ReasoningConfig
 from embodied_rl.models.causal_lm.loading import load_tokenizer
 from embodied_rl.runners.multi_turn_rollout import encode_demonstration, rollout, trainer_batch
 from embodied_rl.runners.reasoning import EVAL_SEED, ReasoningRunner
+from embodied_rl.runners.weight_sync import get_failing_fast
 from embodied_rl.runtime import WorkerGroup
 from embodied_rl.workers.tool_env_worker import ToolEnvProxy, ToolEnvWorker
 
@@ -77,9 +77,9 @@ class MultiTurnReasoningRunner(ReasoningRunner):
         stats = {"generate_s": 0.0, "tokens": 0, "version": None}
 
         def generate(contexts: list[list[int]], params: dict) -> list[dict]:
-            parts = ray.get(self._start_generation(contexts, params["temperature"], params["seed"], "generate_ids"))
-            out = [g for part in parts for g in part]
-            stats["generate_s"] += max(part[0]["generate_s"] for part in parts if part)
+            started = self.workers.start_generation(contexts, params["temperature"], params["seed"], "generate_ids")
+            out = self.workers.finish_generation(started)
+            stats["generate_s"] += max(g["generate_s"] for g in out)
             stats["tokens"] += sum(len(g["token_ids"]) for g in out)
             oldest = min(g["policy_version"] for g in out)
             stats["version"] = oldest if stats["version"] is None else min(stats["version"], oldest)
@@ -123,9 +123,11 @@ class MultiTurnReasoningRunner(ReasoningRunner):
         """SFT on every train problem's demonstration (a correct tool call, its result, the answer), the env's
         turns masked out of the loss."""
         c = self.config.sft
-        demonstrations = ray.get(self.env.demonstrations.remote())
+        demonstrations = self.workers.call_env("demonstrations")
         examples = [encode_demonstration(self.tokenizer, question, segments) for question, segments in demonstrations]
-        return ray.get(self._actor("sft_update_ids", examples, c.steps, c.batch_size, c.lr))[0]
+        return get_failing_fast(self._actor("sft_update_ids", examples, c.steps, c.batch_size, c.lr),
+                                self.config.fault.update_timeout_s,
+                                "the SFT warm start (fault.update_timeout_s)")[0]
 
 
 def _conversation_metrics(conversations: list[dict], names: dict[str, str]) -> dict:

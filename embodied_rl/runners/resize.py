@@ -82,11 +82,11 @@ class Resizing:
             if change_rollout:
                 added = self.rollout.finish_resize(growths["rollout"])
                 if added:
-                    source = self._full_weights()
+                    source = self.weights.full_weights()
                     get_within([self.rollout.workers[rank].load_weights.remote(source) for rank in added],
                                self.hang_timeout_s, f"new rollout workers {added}' weights")
-                if self.broadcast_formed:
-                    self._reform_weight_broadcast(len(added) > 0)
+                if self.weights.formed:
+                    self.weights.reform(len(added) > 0)
         except (WorkerStartError, DeadlineExceeded, ray.exceptions.RayError) as error:
             self._roll_back(before, growths)
             raise ScaleRolledBack(f"{one_line(error) if isinstance(error, ray.exceptions.RayError) else error}; "
@@ -126,8 +126,8 @@ class Resizing:
         try:
             if len(self.rollout) > before[1]:
                 self.rollout.resize(before[1])
-            if "rollout" in growths and self.broadcast_formed:
-                self._reform_weight_broadcast()
+            if "rollout" in growths and self.weights.formed:
+                self.weights.reform()
             if len(self.env) > before[0]:
                 self.env.resize(before[0])
             if "env" in growths:

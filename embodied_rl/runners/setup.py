@@ -91,7 +91,7 @@ class WorkerLostError(RuntimeError):
 
 
 @dataclass
-class EmbodiedWorkers(Resizing, WeightSync):
+class EmbodiedWorkers(Resizing):
     channel: Channel
     env: WorkerGroup
     rollout: WorkerGroup
@@ -100,23 +100,38 @@ class EmbodiedWorkers(Resizing, WeightSync):
     placement: object
     last_serving: list | None = None  # each rollout worker's counters from its last ``serve``
     last_env_seconds: list = field(default_factory=list)  # each env worker's ``pop_seconds`` of the last round
-    weights_synced: bool = False  # the rollout workers hold the actor's full weights (frozen ones included)
     pipeline_stages: int = 1
     grouped: bool = False  # GRPO-style groups span env workers: a round that lost one is dropped whole
     faults: dict = field(default_factory=lambda: dict.fromkeys(FAULT_COUNTERS, 0))
     trajectories_sent: int = 0  # trajectories the last ``sample`` put on the channel (its surviving env workers)
     round_dropped: bool = False  # the last ``sample`` lost an env worker of a grouped run: drop its trajectories
     restarts: dict = field(default_factory=dict)  # (group, rank) -> replacements so far
-    broadcast_generation: int = 0  # the weight collective is re-formed after a rollout worker is replaced
-    broadcast_formed: bool = False
     scale_generation: int = 0  # resizes of the env group so far (each gives every env worker fresh seeds)
-    installed_weights: object = None  # reference to the (weights, version) last installed by ``install_weights``
     hang_timeout_s: float = HANG_TIMEOUT_S  # fault.hang_timeout_s: hung workers, and the deadline of short calls
     update_timeout_s: float = UPDATE_TIMEOUT_S  # fault.update_timeout_s
     sampling_round: int = 0  # sampling rounds started so far (the number the last round's trajectories carry)
     last_round: SampledRound | None = None
     env_steps_simulated: int = 0  # env steps of training rounds, from the env workers' own counters
     steps_seen: dict = field(default_factory=dict)  # env rank -> its ``steps_simulated`` when last read
+
+    weights: WeightSync = field(init=False)  # the actor's weights to the rollout workers
+
+    def __post_init__(self):
+        self.weights = WeightSync(self.actor, self.rollout, self._replace_rollout, self.call_rollout,
+                                  self.hang_timeout_s, self.update_timeout_s)
+
+    # Weight sync, by ``weights``: the names the runner, the turns and the benches use.
+    def form_weight_broadcast(self) -> None:
+        self.weights.form()
+
+    def broadcast_weights(self) -> int:
+        return self.weights.broadcast()
+
+    def publish_weights(self):
+        return self.weights.publish()
+
+    def install_weights(self, weights_ref) -> int:
+        return self.weights.install(weights_ref)
 
     def sample(self, num_steps: int) -> list[dict]:
         """Every env worker runs ``num_steps`` steps served by the rollout workers; returns finished episodes.
@@ -237,8 +252,8 @@ class EmbodiedWorkers(Resizing, WeightSync):
         finally:
             # After a failure (a rank lost for good) only stop: the run is ending
             rollout_replaced |= self.stop_serving(serving, replace=finished)
-        if rollout_replaced and self.broadcast_formed:
-            self._reform_weight_broadcast()
+        if rollout_replaced and self.weights.formed:
+            self.weights.reform()
         return [episode for rank in sorted(results) for episode in results[rank]], lost_env
 
     def _count_restart(self, group: str, rank: int, error) -> int:
@@ -300,10 +315,10 @@ class EmbodiedWorkers(Resizing, WeightSync):
         cause = f"hung ({hung})" if hung else f"died ({one_line(error)})"
         self._count_restart("rollout", rank, f"hung: {hung}" if hung else error)
         print(f"rollout worker {rank} {cause}; replacing it", file=sys.stderr, flush=True)
-        if self.actor is None and self.installed_weights is None:
+        if self.actor is None and self.weights.installed is None:
             raise WorkerLostError(f"rollout worker {rank} {cause} and there are no weights to give a replacement")
         worker = self.rollout.replace(rank)
-        get_within(worker.load_weights.remote(self._full_weights()), self.hang_timeout_s,
+        get_within(worker.load_weights.remote(self.weights.full_weights()), self.hang_timeout_s,
                    f"rollout worker {rank}'s weights (a replacement)")
         self.faults["fault/rollout_workers_replaced"] += 1
 

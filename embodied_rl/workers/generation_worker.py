@@ -45,9 +45,10 @@ class GenerationWorker(Worker):
         self.policy_version = version
         return version
 
-    def receive_weights(self, collective: str) -> int:
+    def receive_weights(self, collective: str, only_trained: bool = False) -> int:
         """Receive the model broadcast by rank 0 of ``collective`` (``LMActorWorker.broadcast_weights``) into this
-        worker's model in place, re-quantise the int8 copy if there is one; returns the policy version."""
+        worker's model in place, re-quantise the int8 copy if there is one; returns the policy version.
+        ``only_trained`` is taken for ``WeightSync``'s one interface (every weight of the LM travels)."""
         if self.engine_name != "hf":
             raise RuntimeError(f"generation worker {self.address}: engine {self.engine_name!r} owns its weights; "
                                "use generation.weight_sync=object_store")

@@ -53,8 +53,9 @@ class LMActorWorker(Worker):
         self.policy_version = 0
         self.pad_id = self.tokenizer.pad_token_id
 
-    def get_weights(self) -> tuple[dict, int] | None:
-        """``({name: array}, policy_version)``: the whole model (rank 0; None on the other data-parallel ranks)."""
+    def get_weights(self, only_trained: bool = False) -> tuple[dict, int] | None:
+        """``({name: array}, policy_version)``: the whole model (rank 0; None on the other data-parallel ranks).
+        ``only_trained`` is taken for ``WeightSync``'s one interface: every weight of the LM is trained."""
         if not self.engine.distributed:
             return weights_to_numpy(self.model), self.policy_version
         state = self.engine.full_state_dict()
@@ -62,7 +63,7 @@ class LMActorWorker(Worker):
             return None
         return {name: value.detach().cpu().numpy().copy() for name, value in state.items()}, self.policy_version
 
-    def broadcast_weights(self, collective: str) -> int | None:
+    def broadcast_weights(self, collective: str, only_trained: bool = False) -> int | None:
         """Send the whole model and the policy version to every other rank of ``collective``, of which rank 0 of
         the trainer is rank 0 (and the only trainer member). Collective over the trainer: every rank takes part in
         gathering the full state dict; rank 0 returns the version, the others None."""

@@ -9,7 +9,8 @@ from embodied_rl.algorithms.advantages import (
     reinforce_plus_plus_advantages,
     rloo_advantages,
 )
-from embodied_rl.algorithms.registry import ADVANTAGE_ESTIMATORS, Registry
+from embodied_rl.algorithms.registry import ADVANTAGE_ESTIMATORS
+from embodied_rl.utils.registry import Registry
 
 
 def close(actual, expected, atol=1e-5):

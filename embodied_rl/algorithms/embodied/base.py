@@ -10,7 +10,7 @@ import torch
 
 from embodied_rl.algorithms.correction import truncated_is_weights
 from embodied_rl.algorithms.losses import RATIO_LEVELS, policy_loss
-from embodied_rl.algorithms.registry import Registry
+from embodied_rl.utils.registry import Registry
 
 ALGORITHMS = Registry("algorithm")
 

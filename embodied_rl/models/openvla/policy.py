@@ -11,6 +11,7 @@ from torch import nn
 
 from embodied_rl.models.openvla.action_tokenizer import ActionTokenizer
 from embodied_rl.models.openvla.configuration import SIZES, invalid_option, preset
+from embodied_rl.models.policy import Policy
 from embodied_rl.models.registry import POLICIES
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -32,7 +33,7 @@ def _critic_mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class OpenVLAPolicy(nn.Module):
+class OpenVLAPolicy(Policy):
     """OpenVLA: camera image(s) + instruction (+ optionally the state) -> action tokens, one per action dimension,
     decoded autoregressively (``K * A`` tokens for a chunk of K actions of A dimensions).
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from embodied_rl.models.mlp import _mlp
+from embodied_rl.models.policy import Policy, mlp
 from embodied_rl.models.outputs import STORED_PREFIX
 from embodied_rl.models.pi0 import flow_sde
 from embodied_rl.models.pi0.configuration import SIZES, Pi0Settings
@@ -30,7 +30,7 @@ ACTION_HEADS = ("pi0.embed_action_time.", "pi0.action_out_proj.")
 
 
 @POLICIES.register("pi0")
-class Pi0Policy(nn.Module):
+class Pi0Policy(Policy):
     """Pi0 vision-language-action policy with Flow-SDE log-probs.
 
     obs: ``"rgb"`` uint8 ``[B, H, W, C]`` (C = 3 x cameras, channels last), optional ``"state"`` float32 ``[B, D]``,
@@ -115,7 +115,7 @@ class Pi0Policy(nn.Module):
         text_width = int(config.vlm_config.text_config.hidden_size)
         expert_width = int(config.dit_config.hidden_size)
 
-        self.critic_head = _mlp([text_width + self.state_dim, *list(hidden_sizes), 1], out_gain=1.0)
+        self.critic_head = mlp([text_width + self.state_dim, *list(hidden_sizes), 1], out_gain=1.0)
         self.noise_head = None
         if self.settings.noise_mode == "flow_noise":
             self.noise_head = nn.Linear(expert_width, self.model_action_dim)

@@ -1,0 +1,109 @@
+"""The small API every policy implements, and the Gaussian actor-critic head the MLP and CNN policies share.
+
+A policy is an ``nn.Module`` registered in ``POLICIES`` under a name, built by ``build_policy(name, obs_dim,
+action_dim, **options)`` (the common options ``hidden_sizes``, ``init_log_std``, ``obs_shapes`` and ``size`` reach it
+only if its constructor takes them). What the algorithms call, by what they need (``Algorithm.needs``):
+
+* every RL policy: ``act(obs, deterministic=False) -> (actions [B, A] or [B, K, A], logp [B], values [B])`` under
+  ``torch.no_grad``, and ``evaluate(obs, actions) -> (logp [B], entropy [B], values [B])`` with gradients;
+* SFT: ``supervised_loss(obs, target_actions) -> scalar``;
+* ``ratio_level=token``: ``evaluate_tokens(obs, actions) -> (token_logp [B, M], token_entropy [B, M], values [B])``;
+* SAC and RLPD: ``q_values`` and ``sample`` (``models/mlp_sac.py``);
+* optional: ``set_observation_normalization(obs)``, ``set_action_statistics(actions)`` (from demonstrations).
+
+Class attributes: ``observation_modes`` (the ``env.obs_mode`` values it takes) and ``sizes`` (``policy.size``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+
+class Policy(nn.Module):
+    """Base class of the policies: the class attributes with their defaults; the methods above are the API."""
+
+    observation_modes: tuple[str, ...] = ("state",)
+    sizes: tuple[str, ...] = ("tiny",)
+
+    def act(self, obs, deterministic: bool = False):  # pragma: no cover - the interface
+        raise NotImplementedError
+
+    def evaluate(self, obs, actions: torch.Tensor):  # pragma: no cover - the interface
+        raise NotImplementedError
+
+
+def mlp(sizes: list[int], out_gain: float) -> nn.Sequential:
+    """Linear layers of ``sizes`` with tanh between them, orthogonal init (gain sqrt 2, ``out_gain`` for the last),
+    zero biases: ``[B, sizes[0]] -> [B, sizes[-1]]``."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        linear = nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not last:
+            layers.append(nn.Tanh())
+    return nn.Sequential(*layers)
+
+
+class GaussianActorCritic(Policy):
+    """A Gaussian actor and a critic on shared features: subclasses build their encoder, call ``build_heads`` and
+    define ``features(obs) -> [B, F]``.
+
+    Actor: F -> ``hidden_sizes`` (tanh) -> mean ``[B, K * A]`` with a state-independent log std, actions ``[B, A]``
+    (``[B, K, A]`` with ``action_chunk`` K > 1: K actions run open loop); critic: F -> ``hidden_sizes`` -> ``[B]``.
+    The parameter names (``actor_mean``, ``critic``, ``actor_log_std``) are those of ManiSkill's PPO baseline.
+    """
+
+    def build_heads(self, features: int, action_dim: int, hidden_sizes, init_log_std: float,
+                    action_chunk: int = 1) -> None:
+        self.action_dim, self.action_chunk = action_dim, int(action_chunk)
+        outputs = action_dim * self.action_chunk
+        hidden = list(hidden_sizes)
+        self.actor_mean = mlp([features, *hidden, outputs], out_gain=0.01 * math.sqrt(2))
+        self.critic = mlp([features, *hidden, 1], out_gain=1.0)
+        self.actor_log_std = nn.Parameter(torch.full((1, outputs), float(init_log_std)))
+
+    def features(self, obs) -> torch.Tensor:  # pragma: no cover - the interface
+        raise NotImplementedError
+
+    def distribution(self, obs=None, features: torch.Tensor | None = None) -> Normal:
+        """Over the flat decision ``[B, K * A]``, from ``obs`` or from already computed ``features``."""
+        mean = self.actor_mean(self.features(obs) if features is None else features)
+        return Normal(mean, self.actor_log_std.expand_as(mean).exp())
+
+    def _shaped(self, flat: torch.Tensor) -> torch.Tensor:
+        """``[B, K * A]`` -> ``[B, K, A]`` for chunks (``[B, A]`` unchanged)."""
+        return flat.view(-1, self.action_chunk, self.action_dim) if self.action_chunk > 1 else flat
+
+    def value(self, obs) -> torch.Tensor:
+        """Values ``[B]``."""
+        return self.critic(self.features(obs)).squeeze(-1)
+
+    @torch.no_grad()
+    def act(self, obs, deterministic: bool = False):
+        """obs -> actions ``[B, A]`` (``[B, K, A]`` for chunks), log-probs ``[B]`` (summed over the K * A
+        dimensions), values ``[B]``."""
+        features = self.features(obs)
+        dist = self.distribution(features=features)
+        actions = dist.mean if deterministic else dist.sample()
+        return self._shaped(actions), dist.log_prob(actions).sum(-1), self.critic(features).squeeze(-1)
+
+    def evaluate(self, obs, actions: torch.Tensor):
+        """Log-probs ``[B]``, entropies ``[B]`` and values ``[B]`` of ``actions`` ``[B, A]`` (or ``[B, K, A]``)
+        under the current policy."""
+        features = self.features(obs)
+        dist = self.distribution(features=features)
+        flat = actions.reshape(len(features), -1)
+        return dist.log_prob(flat).sum(-1), dist.entropy().sum(-1), self.critic(features).squeeze(-1)
+
+    def supervised_loss(self, obs, target_actions: torch.Tensor) -> torch.Tensor:
+        """Behaviour cloning: mean squared error between the action mean ``[B, K * A]`` and ``target_actions``
+        ``[B, A]`` (or ``[B, K, A]``)."""
+        mean = self.distribution(obs).mean
+        return nn.functional.mse_loss(mean, target_actions.reshape(len(mean), -1))

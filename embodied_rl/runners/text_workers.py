@@ -1,0 +1,207 @@
+"""The workers of a text run and what keeps them serving: the text env worker, the generation workers (the text
+run's rollout workers) and the trainer (LM actor) ranks; generation rounds split over the generation workers,
+a dead or hung one replaced and its part generated again, live resizes (``embodied-rl scale RUN_DIR rollout=N``),
+weight sync through the embodied runs' ``WeightSync``, and a deadline on every call."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from embodied_rl.config import ConfigError
+from embodied_rl.config.reasoning import ReasoningConfig, weight_sync
+from embodied_rl.runners.resize import MAX_WORKER_RESTARTS
+from embodied_rl.runners.scale_requests import take_scale_request
+from embodied_rl.runners.weight_sync import WeightSync
+from embodied_rl.runtime import WorkerGroup
+from embodied_rl.runtime.deadlines import DeadlineExceeded, get_within, one_line
+
+WEIGHTS_COLLECTIVE = "reasoning-weights"
+"""The collective of trainer rank 0 (its rank 0) and the generation workers, under broadcast weight sync."""
+FAULT_COUNTERS = ("fault/rollout_workers_replaced", "fault/responses_regenerated", "fault/responses_lost",
+                  "fault/responses_duplicated")
+"""Counted over the run and logged with every iteration: generation (rollout) workers replaced after they died or
+missed ``fault.hang_timeout_s``; responses generated again on the replacement (its part of a batch); responses a
+batch ended without (0 unless a replacement failed too: then the run stops) or received twice (0)."""
+
+
+@dataclass
+class GenerationRound:
+    """A batch of prompts split over the generation workers, started: rank ``r`` answers ``questions[i]`` for ``i``
+    in ``parts[r]`` with ``params[r]`` through its ``method``; ``futures[r]`` is its call."""
+
+    questions: list
+    parts: list
+    params: list
+    method: str
+    futures: list
+
+
+class TextWorkers:
+    """``env`` (the text env worker's handle), ``generation`` and ``actor`` (worker groups), ``weights`` (their
+    ``WeightSync``), ``faults`` (``FAULT_COUNTERS``) and ``published_version`` (the version the generation workers
+    hold)."""
+
+    def __init__(self, config: ReasoningConfig, env, generation: WorkerGroup, actor: WorkerGroup):
+        self.config = config
+        self.env, self.generation, self.actor = env, generation, actor
+        self.published_version = 0
+        self.faults = dict.fromkeys(FAULT_COUNTERS, 0)
+        self.restarts: dict[int, int] = {}  # generation rank -> replacements so far
+        hang = config.fault.hang_timeout_s
+        # the ping before a broadcast waits for a generation still running (async rollout), up to the deadline
+        self.weights = WeightSync(actor, generation, self.replace_generation, self.call_generation, hang,
+                                  config.fault.update_timeout_s, ping_timeout_s=hang, name=WEIGHTS_COLLECTIVE)
+
+    def form_weight_sync(self) -> None:
+        """With ``generation.weight_sync`` broadcast: make trainer rank 0 (the collective's rank 0) and the generation
+        workers one collective, NCCL when every member computes on a GPU, else gloo."""
+        mode = weight_sync(self.config.generation)
+        if mode == "broadcast":
+            mode = f"broadcast over {self.weights.form()}"
+        print(f"weight sync: {mode}, trainer rank 0 -> {len(self.generation.workers)} generation workers",
+              file=sys.stderr, flush=True)
+
+    def publish(self) -> float:
+        """The trainer's weights and version to every generation worker (``WeightSync``, the embodied runs' own);
+        returns the seconds it took once they were free (``time/weight_sync_s``).
+
+        In async mode a worker may still be generating: Ray runs its calls one at a time, so a receive would wait
+        behind the generate while trainer rank 0 sat in the broadcast, bounded by the collective's timeout. The
+        sync therefore starts once every worker has answered a ping (a dead or hung one is replaced)."""
+        broadcast = self.weights.formed
+        if not broadcast:
+            self.call_generation("ping")
+        self.published_version = self.weights.sync(broadcast)
+        return self.weights.last_sync_s
+
+    def replace_generation(self, rank: int, error) -> None:
+        """Replace generation worker ``rank`` (dead, or killed after missing its deadline) and give it the
+        trainer's weights; the caller forms the broadcast group anew."""
+        restarts = self.restarts.get(rank, 0) + 1
+        if restarts > MAX_WORKER_RESTARTS:
+            raise RuntimeError(f"generation worker {rank} died {restarts} times (at most {MAX_WORKER_RESTARTS} "
+                               f"replacements); last: {one_line(error)}")
+        self.restarts[rank] = restarts
+        print(f"generation worker {rank} died ({one_line(error)}); replacing it", file=sys.stderr, flush=True)
+        worker = self.generation.replace(rank)
+        get_within(worker.load_weights.remote(self.weights.full_weights()), self.config.fault.hang_timeout_s,
+                   f"generation worker {rank}'s weights (a replacement)")
+        self.faults["fault/rollout_workers_replaced"] += 1
+
+    def call_generation(self, method: str, *args) -> list:
+        """``method`` on every generation worker, within ``fault.hang_timeout_s``; a worker that died or missed the
+        deadline is replaced and asked again."""
+        hang, replaced = self.config.fault.hang_timeout_s, False
+        results = []
+        for rank, future in enumerate(self.generation.call(method, *args)):
+            try:
+                results.append(get_within(future, hang, f"generation worker {rank}'s {method}"))
+            except (ray.exceptions.RayActorError, DeadlineExceeded) as error:
+                ray.kill(self.generation.workers[rank], no_restart=True)
+                self.replace_generation(rank, error)
+                replaced = True
+                results.append(get_within(getattr(self.generation.workers[rank], method).remote(*args), hang,
+                                          f"generation worker {rank}'s {method}"))
+        if replaced and self.weights.formed:
+            self.weights.reform()
+        return results
+
+    def start_generation(self, questions: list, temperature: float, seed: int,
+                          method: str = "generate") -> GenerationRound:
+        """Split ``questions`` over the generation workers (contiguous parts, so groups stay together mostly) and
+        start them. ``method``: the workers' ``generate`` (question strings) or ``generate_ids`` (prompt token-id
+        lists)."""
+        c = self.config.generation
+        parts = [part for part in np.array_split(np.arange(len(questions)), len(self.generation.workers))]
+        params = [dict(max_new_tokens=c.max_new_tokens, temperature=temperature, seed=seed * 1009 + rank)
+                  for rank in range(len(parts))]
+        futures = [getattr(worker, method).remote([questions[i] for i in part], params[rank]) if len(part) else None
+                   for rank, (worker, part) in enumerate(zip(self.generation.workers, parts))]
+        return GenerationRound(questions, parts, params, method, futures)
+
+    def finish_generation(self, batch: GenerationRound) -> list[dict]:
+        """The answers of a started round, in question order. A worker that died (or missed
+        ``fault.hang_timeout_s``, then it is killed) is replaced and its part generated again on the replacement
+        with the same seed; the responses regenerated, lost and duplicated are counted (``FAULT_COUNTERS``)."""
+        hang = self.config.fault.hang_timeout_s
+        answers: list = [None] * len(batch.questions)
+        replaced = False
+        for rank, (part, future) in enumerate(zip(batch.parts, batch.futures)):
+            if future is None:
+                continue
+            while True:
+                try:
+                    got = get_within(future, hang, f"generation worker {rank}'s {len(part)} responses")
+                    break
+                except (ray.exceptions.RayActorError, DeadlineExceeded) as error:
+                    ray.kill(self.generation.workers[rank], no_restart=True)
+                    self.replace_generation(rank, error)  # raises past MAX_WORKER_RESTARTS
+                    replaced = True
+                    self.faults["fault/responses_regenerated"] += len(part)
+                    future = getattr(self.generation.workers[rank], batch.method).remote(
+                        [batch.questions[i] for i in part], batch.params[rank])
+            for index, answer in zip(part, got):
+                if answers[index] is not None:
+                    self.faults["fault/responses_duplicated"] += 1
+                answers[index] = answer
+        if replaced and self.weights.formed:
+            self.weights.reform()
+        lost = sum(answer is None for answer in answers)
+        if lost:
+            self.faults["fault/responses_lost"] += lost
+            raise RuntimeError(f"a generation round ended without {lost} of its {len(answers)} responses")
+        return answers
+
+    def generate(self, questions: list[str], temperature: float, seed: int) -> list[dict]:
+        return self.finish_generation(self.start_generation(questions, temperature, seed))
+
+    def call_env(self, method: str, *args):
+        """A call on the text env worker within ``fault.hang_timeout_s`` (it holds the prompt sampler's state, so
+        it is not replaced: a dead or hung env worker ends the run, which ``--resume`` continues)."""
+        return get_within(getattr(self.env, method).remote(*args), self.config.fault.hang_timeout_s,
+                          f"the text env worker's {method}")
+
+    def overlap_s(self, pending: GenerationRound, update_start: float, update_end: float) -> float:
+        """Seconds the next batch's generation (its first worker's) ran beside an update; 0 if that worker died
+        (``_collect`` replaces it)."""
+        first = next(future for future in pending.futures if future is not None)
+        try:
+            generation = get_within(first, self.config.fault.hang_timeout_s, "the next batch's generation")[0]
+        except (ray.exceptions.RayActorError, DeadlineExceeded):
+            return 0.0
+        return max(0.0, min(update_end, generation["generate_ended"]) - max(update_start,
+                                                                            generation["generate_started"]))
+
+    def apply_scale_request(self, run_dir: Path) -> dict:
+        """A pending ``embodied-rl scale RUN_DIR rollout=N`` (the generation workers are this run's rollout
+        workers): resize the generation group, give new workers the trainer's weights, form the broadcast group
+        anew; ``scale/...`` metrics. ``env=N`` is refused with a warning (a text run has one env worker)."""
+        try:
+            request = take_scale_request(run_dir)
+        except ConfigError as error:
+            print(f"warning: {error}; ignored", file=sys.stderr, flush=True)
+            return {}
+        if request is None:
+            return {}
+        if "env" in request:
+            print(f"warning: env={request['env']}: a text run has one env worker; ignored", file=sys.stderr,
+                  flush=True)
+        wanted = request.get("rollout")
+        if wanted is None or wanted == len(self.generation):
+            return {}
+        started, before = time.perf_counter(), len(self.generation)
+        added = self.generation.resize(wanted)
+        weights = self.weights.full_weights()
+        get_within([self.generation.workers[rank].load_weights.remote(weights) for rank in added],
+                   self.config.fault.hang_timeout_s, f"new generation workers {added}' weights")
+        if self.weights.formed:
+            self.weights.reform(bool(added))
+        print(f"scaled generation (rollout) workers {before} -> {wanted}", file=sys.stderr, flush=True)
+        return {"scale/rollout_workers": wanted, "scale/seconds": time.perf_counter() - started,
+                "scale/requested_at": request["requested_at"]}

@@ -1,0 +1,51 @@
+"""A reasoning run survives SIGKILL of a generation worker, sent from outside as an operator would, and grows its
+generation (rollout) workers live through ``embodied-rl scale``: the worker is replaced with the trainer's weights,
+its part of the batch generated again, no response lost or received twice, and every iteration trains."""
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+from tests_helpers import act_during_run, ray_worker_pids
+
+from embodied_rl.runners.scale_requests import request_scale
+
+ITERATIONS = 8
+SMALL = ["env.count=200", "env.heldout_count=20", "sft.steps=0", f"rl.iterations={ITERATIONS}",
+         "rl.prompts_per_iteration=4", "algorithm.group_size=4", "eval.every_iterations=0", "eval.num_problems=8",
+         "generation.max_new_tokens=4", "generation.num_workers=2", "torch_threads=1", "checkpoint.every_iterations=0"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weight_sync", ["broadcast", "object_store"])
+def test_a_reasoning_run_survives_a_killed_generation_worker_and_scales_live(tmp_path, cluster, weight_sync):
+    from embodied_rl.config.reasoning import load_reasoning_config
+    from embodied_rl.runners.reasoning import ReasoningRunner
+
+    config = load_reasoning_config("math_arith", None, [*SMALL, f"generation.weight_sync={weight_sync}"])
+    killed: list = []
+
+    def act(what):
+        if what == "kill":
+            pids = ray_worker_pids("GenerationWorker")
+            os.kill(pids[0], signal.SIGKILL)
+            killed.append(pids[0])
+        else:
+            request_scale(tmp_path, rollout=3)
+
+    runner = ReasoningRunner(config, tmp_path)
+    actor = threading.Thread(target=act_during_run, daemon=True, args=(tmp_path, [(3, "kill"), (5, "scale")], act))
+    actor.start()
+    runner.run()
+    actor.join(timeout=5)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "time/iteration_s" in r]
+    assert [r["train/iteration"] for r in trained] == list(range(1, ITERATIONS + 1))
+    last = trained[-1]
+    assert killed and last["fault/rollout_workers_replaced"] == 1
+    assert last["fault/responses_duplicated"] == 0 and last["fault/responses_lost"] == 0
+    assert [r["scale/rollout_workers"] for r in trained if "scale/rollout_workers" in r] == [3]
+    assert runner.responses == ITERATIONS * 4 * 4  # every response of every batch, once
+    assert all(r["train/policy_staleness"] == 0 for r in trained)  # replacements and new workers got the weights
