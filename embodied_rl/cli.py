@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                                  "openvla_oft, pi0 (the VLAs tiny, on camera observations)")
     placement_bench.add_argument("--full-loop", action="store_true", help="measure whole training iterations: "
                                  "sampling, PPO update and weight sync (default: sampling only)")
+    placement_bench.add_argument("--iterations", type=int, default=10, help="text tasks: RL iterations per run")
+    placement_bench.add_argument("--sft-steps", type=int, default=300, help="text tasks: SFT steps of the warm "
+                                 "start every run begins from")
     render_bench = benches.add_parser("render", help="camera steps/s: rendering every step vs after each chunk")
     render_bench.add_argument("--task", default="maniskill_pickcube")
     render_bench.add_argument("--chunk", type=int, default=8, help="action chunk length K")
@@ -188,6 +191,12 @@ def dispatch(args) -> int:
 
         return run_env_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats, args.json)
     if args.command == "bench" and args.bench == "placement":
+        from embodied_rl.commands.train_reasoning import is_text_task
+
+        if is_text_task(args.task):
+            from embodied_rl.bench.text_placement_bench import run_text_placement_bench
+
+            return run_text_placement_bench(args.task, args.iterations, args.repeats, args.sft_steps, args.json)
         from embodied_rl.bench.placement_bench import run_placement_bench
 
         return run_placement_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats,

@@ -80,12 +80,12 @@ def _unavailable_engines() -> str:
     return ", ".join(missing) or "none"
 
 
-def _train(run_dir: Path, overrides: list[str]) -> list[dict]:
-    """One reasoning run of ``TEXT_TASK`` in ``run_dir``; its metrics rows."""
+def _train(run_dir: Path, overrides: list[str], task: str = TEXT_TASK) -> list[dict]:
+    """One reasoning run of ``task`` in ``run_dir``; its metrics rows."""
     from embodied_rl.config.reasoning import load_reasoning_config
     from embodied_rl.runners.reasoning import ReasoningRunner
 
-    config = load_reasoning_config(TEXT_TASK, None, [f"run_dir={run_dir}", *overrides])
+    config = load_reasoning_config(task, None, [f"run_dir={run_dir}", *overrides])
     ReasoningRunner(config, run_dir).run()
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 

@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from embodied_rl.algorithms.text_rl import TextRLConfig
 from embodied_rl.config.errors import ConfigError
-from embodied_rl.config.schema import FaultConfig
+from embodied_rl.config.schema import FaultConfig, PlacementConfig
 from embodied_rl.engines.quantization import QUANTIZATIONS
 from embodied_rl.engines.registry import ENGINES, engine_package_imports
 
@@ -127,6 +127,13 @@ class ReasoningConfig:
     eval: TextEvalConfig = field(default_factory=TextEvalConfig)
     checkpoint: TextCheckpointConfig = field(default_factory=TextCheckpointConfig)
     cluster: TextClusterConfig = field(default_factory=TextClusterConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    """The embodied runs' placement keys over the text run's components: ``env`` (the text env worker), ``rollout``
+    (the generation workers) and ``actor`` (the trainer ranks), e.g. ``{"env,rollout": "0", "actor": "1"}``; a slot
+    is a GPU where CUDA exists, else a CPU core (each worker's process is pinned to its component's slots). Where
+    rollout and actor share slots they take turns, the idle side offloaded (``placement.offload``). Empty
+    ``components`` (the default): Ray places the workers, nothing pinned. ``placement.nodes`` is for embodied
+    runs only."""
     fault: FaultConfig = field(default_factory=FaultConfig)
     """The embodied runs' deadlines: ``hang_timeout_s`` bounds every generation, scoring and weight call (a
     generation worker past it is killed and replaced like a dead one), ``update_timeout_s`` every trainer update,
@@ -138,11 +145,44 @@ class ReasoningConfig:
 WEIGHT_SYNCS = ("auto", "broadcast", "object_store")
 
 
-def weight_sync(generation: GenerationConfig) -> str:
-    """``generation.weight_sync`` with ``auto`` resolved: ``broadcast`` for the hf engine, else ``object_store``."""
+def weight_sync(config: "ReasoningConfig") -> str:
+    """``generation.weight_sync`` with ``auto`` resolved: ``broadcast`` for the hf engine unless generation and
+    training take turns on shared slots (then ``object_store``: the weights wait in host memory for the generation
+    turn, as in embodied runs), else ``object_store``."""
+    generation = config.generation
     if generation.weight_sync != "auto":
         return generation.weight_sync
-    return "broadcast" if generation.engine == "hf" else "object_store"
+    return "broadcast" if generation.engine == "hf" and not takes_turns(config) else "object_store"
+
+
+def text_placement(config: "ReasoningConfig"):
+    """``(Placement, slots_are_gpus)`` of a text run's components (env, rollout, actor), or ``(None, ...)`` without
+    ``placement.components`` (Ray places the workers, nothing is pinned, nothing takes turns); ConfigError naming
+    the key for a bad map."""
+    import os
+
+    import torch
+
+    from embodied_rl.runtime.placement import PlacementError, build_placement
+
+    gpus = torch.cuda.is_available()
+    kind, available = ("GPU", torch.cuda.device_count()) if gpus else ("core", os.cpu_count() or 1)
+    slots = config.placement.slots or available
+    if slots > available:
+        raise ConfigError(f"placement.slots={slots} is out of range; allowed: at most the {available} {kind}s here")
+    components = dict(config.placement.components)
+    if not components:
+        return None, gpus
+    try:
+        return build_placement(components, slots), gpus
+    except PlacementError as error:
+        raise ConfigError(str(error)) from None
+
+
+def takes_turns(config: "ReasoningConfig") -> bool:
+    """Whether generation (rollout) and training (actor) share a slot, and so take turns."""
+    placement, _ = text_placement(config)
+    return placement is not None and bool(set(placement.slots["rollout"]) & set(placement.slots["actor"]))
 
 
 TRAINER_BACKENDS = ("single", "ddp", "fsdp", "megatron")
@@ -172,6 +212,15 @@ def _require(condition: bool, key: str, value, allowed: str) -> None:
 
 
 def validate_reasoning(c: ReasoningConfig) -> None:
+    _require(not c.placement.nodes, "placement.nodes", dict(c.placement.nodes), "{} for a text run (it runs its "
+             "workers where Ray places them; placement.components chooses their slots)")
+    _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
+    if takes_turns(c):
+        _require(c.generation.engine == "hf" or c.placement.offload == "never", "placement.offload",
+                 c.placement.offload, "never with generation.engine other than hf on slots shared with the trainer "
+                 "(vLLM and SGLang keep their own weights)")
+        _require(c.rl.max_staleness == 0, "rl.max_staleness", c.rl.max_staleness, "0 while placement.components "
+                 "puts rollout and actor on a shared slot (async rollout needs them on slots of their own)")
     for key, value, allowed in c.algorithm.problems():
         _require(False, f"algorithm.{key}", value, allowed)
     _require(c.generation.engine in ENGINES, "generation.engine", c.generation.engine, ", ".join(ENGINES))

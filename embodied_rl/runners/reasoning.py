@@ -25,7 +25,7 @@ import torch
 
 import sim_envs
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
-from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml
+from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml, text_placement
 from embodied_rl.runners.text_workers import GenerationRound, TextWorkers
 from embodied_rl.runners.weight_sync import get_failing_fast
 from embodied_rl.runtime import Cluster, WorkerGroup
@@ -56,11 +56,16 @@ class ReasoningRunner:
         with Cluster(c.cluster.address, None):
             share = 0.2
             model = {"name": c.model.name, "seed": c.model.seed}
-            env = self._env_group(share)
+            placement, gpus = text_placement(c)
+
+            def slots(component: str) -> dict:  # each worker's process pinned to its component's slots
+                return {("gpu_slots" if gpus else "cpu_slots"): placement.slots[component]} if placement else {}
+
+            env = self._env_group(share, slots("env"))
             generation = WorkerGroup(GenerationWorker, "generation", c.generation.num_workers, cpus_per_worker=share,
                                      start_timeout_s=c.fault.start_timeout_s, model=model,
                                      quantization=c.generation.quantization,
-                                     engine=c.generation.engine, torch_threads=c.torch_threads)
+                                     engine=c.generation.engine, torch_threads=c.torch_threads, **slots("rollout"))
             parallel = rendezvous = None
             if c.trainer.backend != "single":
                 from embodied_rl.engines.training.data_parallel import serve_rendezvous
@@ -73,7 +78,7 @@ class ReasoningRunner:
                             "served_store": True, "timeout_s": c.trainer.timeout_s}
             actor = WorkerGroup(LMActorWorker, "lm-actor", c.trainer.world_size, cpus_per_worker=share, model=model,
                                 algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
-                                torch_threads=c.torch_threads)
+                                torch_threads=c.torch_threads, **slots("actor"))
             self.env, self.actor = env.workers[0], actor
             self.workers = TextWorkers(c, self.env, generation, actor)
             log = MetricsLog(self.run_dir, self.responses if self.resume else None)
@@ -94,17 +99,21 @@ class ReasoningRunner:
                     group.kill()
         return self.evaluations
 
-    def _env_group(self, share: float) -> WorkerGroup:
-        """The env worker's group (one worker): the train env and the held-out problems."""
+    def _env_group(self, share: float, slots: dict) -> WorkerGroup:
+        """The env worker's group (one worker): the train env and the held-out problems; ``slots``: its
+        ``cpu_slots`` / ``gpu_slots``."""
         c = self.config
         group_size = c.algorithm.group_size
         return WorkerGroup(TextEnvWorker, "text-env", 1, cpus_per_worker=share, task=sim_envs.get_task(c.task),
                            options=dict(c.env), num_envs=c.rl.prompts_per_iteration * group_size,
-                           group_size=group_size, seed=c.seed)
+                           group_size=group_size, seed=c.seed, **slots)
 
     def _actor(self, method: str, *args) -> list:
         """``method`` started on every trainer rank at once (data-parallel calls are collective); the futures,
-        rank 0's first (the one that returns the whole batch's metrics and the whole model)."""
+        rank 0's first (the one that returns the whole batch's metrics and the whole model). Training calls
+        take the trainer's turn on slots shared with generation first."""
+        if method in ("sft_update", "sft_update_ids", "rl_update", "load_training_state"):
+            self.workers.turn("training")
         return self.actor.call(method, *args)
 
     def _evaluate(self, prefix: str) -> dict:
@@ -176,6 +185,8 @@ class ReasoningRunner:
                 pending = self._start_batch()
                 metrics["time/overlap_s"] = 0.0
             metrics.update(self.workers.faults)
+            if self.workers.offload_turns:
+                metrics["time/turn_switch_s"] = self.workers.pop_turn_seconds()
             metrics.update({"train/iteration": self.iteration,
                             "train/policy_staleness": trained_version - min(a["policy_version"] for a in answers),
                             "time/iteration_s": time.perf_counter() - step_start,

@@ -59,12 +59,12 @@ class MultiTurnReasoningRunner(ReasoningRunner):
     def _env_state(self) -> None:
         return None  # conversations' sampler state is not checkpointed: multi-turn runs are not resumable yet
 
-    def _env_group(self, share: float) -> WorkerGroup:
+    def _env_group(self, share: float, slots: dict) -> WorkerGroup:
         c = self.config
         G = c.algorithm.group_size
         group = WorkerGroup(ToolEnvWorker, "tool-env", 1, cpus_per_worker=share, task=sim_envs.get_task(c.task),
                             options=dict(c.env), num_envs=c.rl.prompts_per_iteration * G, group_size=G,
-                            heldout_envs=c.eval.num_problems, seed=c.seed)
+                            heldout_envs=c.eval.num_problems, seed=c.seed, **slots)
         worker = group.workers[0]
         self.train_env, self.heldout_env = ToolEnvProxy(worker, "train"), ToolEnvProxy(worker, "heldout")
         return group

@@ -14,10 +14,10 @@ import numpy as np
 import ray
 
 from embodied_rl.config import ConfigError
-from embodied_rl.config.reasoning import ReasoningConfig, weight_sync
+from embodied_rl.config.reasoning import ReasoningConfig, takes_turns, weight_sync
 from embodied_rl.runners.resize import MAX_WORKER_RESTARTS
 from embodied_rl.runners.scale_requests import take_scale_request
-from embodied_rl.runners.weight_sync import WeightSync
+from embodied_rl.runners.weight_sync import WeightSync, get_failing_fast
 from embodied_rl.runtime import WorkerGroup
 from embodied_rl.runtime.deadlines import DeadlineExceeded, get_within, one_line
 
@@ -57,11 +57,32 @@ class TextWorkers:
         # the ping before a broadcast waits for a generation still running (async rollout), up to the deadline
         self.weights = WeightSync(actor, generation, self.replace_generation, self.call_generation, hang,
                                   config.fault.update_timeout_s, ping_timeout_s=hang, name=WEIGHTS_COLLECTIVE)
+        # generation and training on shared slots take turns; with placement.offload=auto the idle side's weights
+        # (and the trainer's optimizer state) leave the device for the other's turn
+        self.offload_turns = takes_turns(config) and config.placement.offload == "auto"
+        self.holder: str | None = None  # "generation" or "training": whose turn it is
+        self.turn_seconds = 0.0  # spent switching turns since the last ``pop_turn_seconds``
+
+    def turn(self, side: str) -> None:
+        """Make it ``side``'s turn ("generation" or "training") on shared slots: the other side offloads, this side
+        onloads (nothing happens without ``offload_turns`` or when it is already ``side``'s turn)."""
+        if not self.offload_turns or self.holder == side:
+            return
+        started, hang = time.perf_counter(), self.config.fault.hang_timeout_s
+        leaving, coming = (self.actor, self.generation) if side == "generation" else (self.generation, self.actor)
+        get_failing_fast(leaving.call("offload"), hang, f"the {leaving.name} workers' offload")
+        get_failing_fast(coming.call("onload"), hang, f"the {coming.name} workers' onload")
+        self.holder = side
+        self.turn_seconds += time.perf_counter() - started
+
+    def pop_turn_seconds(self) -> float:
+        seconds, self.turn_seconds = self.turn_seconds, 0.0
+        return seconds
 
     def form_weight_sync(self) -> None:
         """With ``generation.weight_sync`` broadcast: make trainer rank 0 (the collective's rank 0) and the generation
         workers one collective, NCCL when every member computes on a GPU, else gloo."""
-        mode = weight_sync(self.config.generation)
+        mode = weight_sync(self.config)
         if mode == "broadcast":
             mode = f"broadcast over {self.weights.form()}"
         print(f"weight sync: {mode}, trainer rank 0 -> {len(self.generation.workers)} generation workers",
@@ -117,6 +138,7 @@ class TextWorkers:
         """Split ``questions`` over the generation workers (contiguous parts, so groups stay together mostly) and
         start them. ``method``: the workers' ``generate`` (question strings) or ``generate_ids`` (prompt token-id
         lists)."""
+        self.turn("generation")
         c = self.config.generation
         parts = [part for part in np.array_split(np.arange(len(questions)), len(self.generation.workers))]
         params = [dict(max_new_tokens=c.max_new_tokens, temperature=temperature, seed=seed * 1009 + rank)

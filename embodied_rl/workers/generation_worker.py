@@ -14,6 +14,7 @@ from embodied_rl.engines.quantization import quantized_copy
 from embodied_rl.engines.registry import make_generation_engine
 from embodied_rl.models.causal_lm.chat import build_lm, prompt_ids
 from embodied_rl.runtime import Worker
+from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import POLICY_VERSION_KEY
 from embodied_rl.workers.weights import load_numpy_weights, weights_template, weights_to_numpy
 
@@ -30,6 +31,14 @@ class GenerationWorker(Worker):
             checkpoint = model["name"] if model["name"] not in ("tiny", "small") else None
             self.engine = make_generation_engine(engine, self.model, self.tokenizer, checkpoint)
         self.policy_version = 0
+        self.offloader = Offloader([self.model])
+
+    def offload(self) -> MoveReport:
+        """Give the device up between generation turns (the hf engine's model; vLLM and SGLang keep theirs)."""
+        return self.offloader.offload()
+
+    def onload(self) -> MoveReport:
+        return self.offloader.onload()
 
     def _build_engine(self) -> None:
         self.engine = make_generation_engine("hf", quantized_copy(self.model, self.quantization), self.tokenizer)

@@ -25,6 +25,7 @@ from embodied_rl.engines.training import DataParallelConfig, DataParallelEngine
 from embodied_rl.models.causal_lm.chat import answer_ids, build_lm, prompt_ids
 from embodied_rl.models.causal_lm.logprobs import response_logprobs
 from embodied_rl.runtime import Worker
+from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import POLICY_VERSION_KEY
 from embodied_rl.workers.weights import weights_to_numpy
 
@@ -52,6 +53,16 @@ class LMActorWorker(Worker):
         self.reference = None
         self.policy_version = 0
         self.pad_id = self.tokenizer.pad_token_id
+        # Between its turns on a device shared with generation: the model, its gradients and AdamW's state go to
+        # host memory (the KL reference, made at the first update that needs it, stays).
+        self.offloader = Offloader([self.model], [self.optimizer])
+
+    def offload(self) -> MoveReport:
+        """Give the device up (see ``runtime/offload.py``); a no-op move on a CPU-only machine."""
+        return self.offloader.offload()
+
+    def onload(self) -> MoveReport:
+        return self.offloader.onload()
 
     def get_weights(self, only_trained: bool = False) -> tuple[dict, int] | None:
         """``({name: array}, policy_version)``: the whole model (rank 0; None on the other data-parallel ranks).

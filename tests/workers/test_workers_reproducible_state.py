@@ -8,7 +8,7 @@ import numpy as np
 import ray
 import torch
 
-from embodied_rl.algorithms.embodied.grpo import GRPOConfig
+from embodied_rl.algorithms.embodied.grpo import GroupConfig
 from embodied_rl.config.schema import PPOConfig
 from embodied_rl.runtime import Channel, WorkerGroup
 from embodied_rl.workers.actor_worker import ActorWorker
@@ -68,7 +68,7 @@ def _inspect(worker):
 
 def test_actor_state_keeps_the_kl_reference_and_the_algorithms_counters(cluster):
     channel = Channel.create("test-actor-state", cluster)
-    for name, algorithm in (("grpo", GRPOConfig(kl_coef=0.1)), ("ppo", PPOConfig())):
+    for name, algorithm in (("grpo", GroupConfig(kl_coef=0.1)), ("ppo", PPOConfig())):
         groups = [WorkerGroup(ActorWorker, f"actor-state-{name}-{i}", 1, cpus_per_worker=0.1, policy=SPEC,
                               algorithm=algorithm, channel=channel, seed=seed) for i, seed in enumerate((1, 2))]
         try:
