@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("overrides", nargs="*", metavar="key=value",
                           help="over the checkpoint's config, e.g. eval.max_episode_steps=50 (any time limit), "
                                "eval.seed=9000 (another state set), eval.sampled=true (sampled actions too), "
-                               "eval.deterministic=false policy.options.temperature=0.5 (sampled only)")
+                               "eval.greedy=false policy.options.temperature=0.5 (sampled only)")
 
     demos = commands.add_parser("demos", help="make demonstrations (ManiSkill trajectory .h5 + .json), cached")
     demos.add_argument("--task", required=True, help="a registered task (see `embodied-rl tasks`)")

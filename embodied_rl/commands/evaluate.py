@@ -1,4 +1,4 @@
-"""``embodied-rl eval``: run a checkpoint's policy (deterministically unless ``eval.deterministic=false``) and report
+"""``embodied-rl eval``: run a checkpoint's policy (greedily unless ``eval.greedy=false``) and report
 success rates."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int | None = None
     """Episodes of a checkpoint's policy on its task: ``{"checkpoint": ..., "eval/...": ...}``, one from each state
     of the checkpoint's evaluation set (``eval.seed``; ``episodes`` of them, default ``eval.num_episodes``), the set
     its run evaluated on. Deterministic actions unless ``overrides`` (``key=value`` over the checkpoint's own
-    config; the training algorithm's rules do not apply) say ``eval.deterministic=false`` (e.g. with
+    config; the training algorithm's rules do not apply) say ``eval.greedy=false`` (e.g. with
     ``policy.options.temperature=0.5``); any time limit with ``eval.max_episode_steps`` (or
     ``env.max_episode_steps``).
 
@@ -51,7 +51,8 @@ def evaluate_checkpoint(checkpoint_path: str | Path, episodes: int | None = None
     try:
         sim_envs.get_task(config.task)
         if overrides:
-            config = load_train_config(config.task, str(checkpoint.path / CONFIG_FILE), overrides, purpose="eval")
+            config = load_train_config(config.task, str(checkpoint.path / CONFIG_FILE), overrides, purpose="eval",
+                                       saved=True)
     except sim_envs.TaskConfigError as error:
         raise ConfigError(f"--checkpoint {checkpoint.path} was trained on task {config.task!r}, which is not "
                           f"registered here (a task you registered yourself: evaluate from the Python script "

@@ -59,7 +59,7 @@ def run_train(task: str | None, config_file: str | None, overrides: list[str], r
         if not run_dir:
             raise ConfigError("--resume needs --run-dir (the run to continue)")
         config_file = _resume_config(Path(run_dir))
-    base, stages = load_stages(task, config_file, overrides)
+    base, stages = load_stages(task, config_file, overrides, saved=resume)
     if base.task is None:
         raise ConfigError("no task given; pass --task NAME (see `embodied-rl tasks`)")
     directory = Path(base.run_dir or Path(base.runs_root) / f"{base.task}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -92,7 +92,7 @@ def run_train(task: str | None, config_file: str | None, overrides: list[str], r
                   file=sys.stderr, flush=True)
             attempt += 1
             # As `--resume` would: the run's own config.yaml (the overrides given and any resize since, recorded)
-            base, stages = load_stages(None, str(directory / "config.yaml"), [])
+            base, stages = load_stages(None, str(directory / "config.yaml"), [], saved=True)
             resume = True
     if attempt > 1:
         summary["attempts"] = attempt

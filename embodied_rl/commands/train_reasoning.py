@@ -77,7 +77,7 @@ def run_reasoning_train(task: str, config_file: str | None, overrides: list[str]
         if not run_dir:
             raise ConfigError("--resume needs --run-dir (the run to continue)")
         config_file = str(Path(run_dir) / "config.yaml")  # the run's own config, with the overrides given now
-    config = load_reasoning_config(task, config_file, overrides)
+    config = load_reasoning_config(task, config_file, overrides, saved=resume)
     multi_turn = _check_task_starts(config)
     if multi_turn:  # a conversation env: the multi-turn rollout (refusing what it cannot do)
         from embodied_rl.runners.reasoning_multi_turn import MultiTurnReasoningRunner as Runner, check_multi_turn

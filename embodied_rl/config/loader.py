@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from embodied_rl.config.algorithm_section import DEFAULT_ALGORITHM, keys_of, split_algorithm, typed_algorithm
 from embodied_rl.config.errors import ConfigError
-from embodied_rl.config.renamed import refuse_renamed, upgrade_algorithm_section
+from embodied_rl.config.renamed import refuse_renamed, upgrade_saved
 from embodied_rl.config.schema import TrainConfig, validate
 
 CONFIGS_DIR = resources.files("embodied_rl") / "configs"  # a Traversable: a directory, or a folder in a zip
@@ -65,12 +65,14 @@ def _load_yaml(path: Path):
 
 def load_train_config(task: str | None = None, config_file: str | None = None,
                       overrides: list[str] | None = None, stage: dict | None = None,
-                      purpose: str = "train") -> TrainConfig:
+                      purpose: str = "train", saved: bool = False) -> TrainConfig:
     """Resolve a run's configuration; every problem becomes a ``ConfigError`` naming the key.
 
     ``stage``: one entry of a recipe's ``stages`` (see ``embodied_rl.config.stages``), merged over the recipe and
     the user's file (a stage's own keys are the more specific), under the command line; the file's and the command
     line's algorithm keys then apply only where the stage's algorithm has them. ``purpose``: see ``validate``.
+    ``saved``: ``config_file`` is a run directory's own ``config.yaml`` (``--resume``, ``eval``): keys renamed since
+    it was written are translated, not refused.
     """
     overrides = list(overrides or [])
     for item in overrides:
@@ -79,6 +81,8 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
     try:
         merged = OmegaConf.structured(TrainConfig)
         user_yaml = _load_yaml(Path(config_file)) if config_file else None
+        if saved and user_yaml is not None:
+            upgrade_saved(user_yaml)
         refuse_renamed(user_yaml, f"--config {config_file}")
         cli_yaml = OmegaConf.from_dotlist(overrides)
         refuse_renamed(cli_yaml, "command line")
@@ -123,9 +127,11 @@ def to_yaml(config: TrainConfig) -> str:
 def from_yaml_file(path: Path) -> TrainConfig:
     """Load a resolved config saved in a run directory."""
     try:
-        saved, algorithm = split_algorithm(OmegaConf.load(path))
-        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
+        loaded = OmegaConf.load(path)
+        upgrade_saved(loaded)
+        rest, algorithm = split_algorithm(loaded)
+        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), rest))
     except OmegaConfBaseException as error:
         raise ConfigError(f"{path}: {_one_line(error)}") from None
-    config.algorithm = typed_algorithm([upgrade_algorithm_section(algorithm)])
+    config.algorithm = typed_algorithm([algorithm])
     return config

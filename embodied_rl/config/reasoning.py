@@ -268,9 +268,12 @@ def validate_reasoning(c: ReasoningConfig) -> None:
                           "with config.json (nothing is downloaded)")
 
 
-def load_reasoning_config(task: str | None, config_file: str | None, overrides: list[str]) -> ReasoningConfig:
+def load_reasoning_config(task: str | None, config_file: str | None, overrides: list[str],
+                          saved: bool = False) -> ReasoningConfig:
+    """The recipe, then ``config_file`` (``saved``: a run's own config.yaml, whose renamed keys are translated),
+    then ``overrides``."""
     from embodied_rl.config.loader import _load_yaml, _one_line, task_recipe
-    from embodied_rl.config.renamed import refuse_renamed
+    from embodied_rl.config.renamed import refuse_renamed, upgrade_saved
 
     for item in overrides:
         if "=" not in item:
@@ -280,6 +283,8 @@ def load_reasoning_config(task: str | None, config_file: str | None, overrides: 
         cli = OmegaConf.from_dotlist(overrides)
         refuse_renamed(cli, "command line")
         user = _load_yaml(Path(config_file)) if config_file else None
+        if saved and user is not None:
+            upgrade_saved(user)
         refuse_renamed(user, f"--config {config_file}")
         chosen = task or cli.get("task") or (user.get("task") if user is not None else None)
         recipe = task_recipe(chosen) if chosen else None

@@ -1,7 +1,6 @@
 """Keys that were renamed: one concept, one name (docs/vocabulary.md). An old key in a recipe, a ``--config`` file or
 a ``key=value`` override is refused with one line naming the new key; a run directory's saved ``config.yaml`` from
-before the rename is read with the old keys translated (``upgrade_algorithm_section``), so old runs still resume and
-evaluate."""
+before the rename is read with the old keys translated (``upgrade_saved``), so old runs still resume and evaluate."""
 
 from __future__ import annotations
 
@@ -14,6 +13,8 @@ RENAMED = {
     "algorithm.step_weighting": "algorithm.loss_agg (step -> token-mean, episode -> seq-mean-token-mean)",
     "algorithm.normalize_std": "algorithm.name=dr_grpo (normalize_std=false) or the grpo default (true)",
     "rl.max_sampling_rounds": "algorithm.max_sampling_rounds",
+    "eval.deterministic": "eval.greedy (the top-level deterministic is reproducible sampling; this one picks "
+                          "greedy actions)",
 }
 """Old dotted key -> what to write instead."""
 
@@ -46,6 +47,31 @@ def refuse_renamed(tree, source: str) -> None:
         plain = _STAGE_PREFIX.sub("", key)
         if plain in RENAMED:
             raise ConfigError(f"{key} ({source}) was renamed; use {RENAMED[plain]}")
+
+
+MOVED = {"algorithm.filter_groups": "algorithm.dynamic_sampling",
+         "rl.max_sampling_rounds": "algorithm.max_sampling_rounds", "eval.deterministic": "eval.greedy"}
+"""The renames that keep the value (the others are translated in ``upgrade_algorithm_section``)."""
+
+
+def upgrade_saved(tree) -> None:
+    """A run directory's saved config (an OmegaConf mapping read from its ``config.yaml``, changed in place) with
+    every renamed key translated, at the top level and in each stage: old runs resume and evaluate."""
+    from omegaconf import OmegaConf
+
+    for section in [tree, *(tree.get("stages") or [])]:
+        for old, new in MOVED.items():
+            old_section, old_key = old.split(".")
+            new_section, new_key = new.split(".")
+            part = section.get(old_section)
+            if part is not None and old_key in part:
+                value = part.pop(old_key)
+                if section.get(new_section) is None:
+                    section[new_section] = {}
+                section[new_section][new_key] = value
+        if section.get("algorithm") is not None:
+            upgraded = upgrade_algorithm_section(OmegaConf.to_container(section.algorithm))
+            section["algorithm"] = upgraded
 
 
 def upgrade_algorithm_section(section: dict) -> dict:

@@ -9,8 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from embodied_rl.algorithms.embodied.ppo import PPOConfig  # noqa: F401  (the default algorithm section)
 from embodied_rl.config.errors import ConfigError
+
+
+def _default_algorithm():
+    """PPO's config, the default algorithm section (imported when a config is built: importing the schema, as the
+    command line does to parse, does not import torch)."""
+    from embodied_rl.algorithms.embodied.ppo import PPOConfig
+
+    return PPOConfig()
 
 
 @dataclass
@@ -85,11 +92,11 @@ class EvalConfig:
     max_episode_steps: Optional[int] = None
     """Time limit of evaluation episodes; None: the training envs' (``env.max_episode_steps``, else the task's own).
     A run that trains at a longer limit can so report success at the task's standard one."""
-    deterministic: bool = True
+    greedy: bool = True
     """Evaluate the policy's most likely actions (argmax tokens, the mean Gaussian, Pi0's ODE from zero noise);
     False: actions sampled as in training (at the policy's own temperature or noise level)."""
     sampled: bool = False
-    """With ``deterministic``: also run the same states with sampled actions (metrics ``eval_sampled/...``), the
+    """With ``greedy``: also run the same states with sampled actions (metrics ``eval_sampled/...``), the
     policy RL actually trains."""
     video_episodes: int = 0
     """Episodes filmed into videos/eval_iter_N.mp4 (a grid of 128 px tiles) at the final evaluation; 0: none.
@@ -193,7 +200,7 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    algorithm: Any = field(default_factory=PPOConfig)
+    algorithm: Any = field(default_factory=lambda: _default_algorithm())
     """The algorithm section: ``algorithm.name`` picks one from the registry, its other keys are that algorithm's
     own config (``embodied_rl/algorithms/embodied/<name>.py``)."""
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -90,16 +90,17 @@ def _switch_rl_stages(stages: list, item: str, per_stage: dict[int, list[str]]) 
 
 
 def load_stages(task: str | None = None, config_file: str | None = None,
-                overrides: list[str] | None = None) -> tuple[TrainConfig, list[Stage]]:
+                overrides: list[str] | None = None, saved: bool = False) -> tuple[TrainConfig, list[Stage]]:
     """The base config (with its ``stages``) and the runs a training command makes: one per stage of a staged
-    recipe, else one named 'train'."""
+    recipe, else one named 'train'. ``saved``: ``config_file`` is a run's own config.yaml (see
+    ``load_train_config``)."""
     overrides = list(overrides or [])
     common, algorithm, per_stage = _split_overrides(overrides)
     # Without the command line's algorithm keys the base may pair a policy with an algorithm it does not fit
     # (policy.name=mlp_sac algorithm.name=sac): the algorithm's rules are checked on each run's own config below.
-    base = load_train_config(task, config_file, common, purpose="eval")
+    base = load_train_config(task, config_file, common, purpose="eval", saved=saved)
     if not base.stages:
-        single = load_train_config(task, config_file, overrides)
+        single = load_train_config(task, config_file, overrides, saved=saved)
         return single, [Stage("train", single)]
     if "name" in algorithm:
         _switch_rl_stages(base.stages, algorithm.pop("name"), per_stage)
@@ -121,7 +122,7 @@ def load_stages(task: str | None = None, config_file: str | None = None,
         algorithm_name = (entry.get("algorithm") or {}).get("name", DEFAULT_ALGORITHM)
         mine = keys_of(algorithm_name, {k: v for k, v in algorithm.items()})
         used |= set(mine)
-        config = load_train_config(task, config_file, common + list(mine.values()), stage=entry)
+        config = load_train_config(task, config_file, common + list(mine.values()), stage=entry, saved=saved)
         stages.append(Stage(f"{index}-{name}", config))
     unused = sorted(set(algorithm) - used)
     if unused:

@@ -27,15 +27,15 @@ def episode_metrics(episodes: list[dict], prefix: str) -> dict:
 
 def evaluate_policy(workers, e: EvalConfig) -> dict:
     """``eval/...`` metrics of one episode from every state of the evaluation set (deterministic actions unless
-    ``e.deterministic`` is False), plus ``eval_sampled/...`` on the same states when ``e.sampled`` asks for it.
+    ``e.greedy`` is False), plus ``eval_sampled/...`` on the same states when ``e.sampled`` asks for it.
     ``eval/state_seed`` names the set; ``eval/max_episode_steps`` is the limit it ran at (None: the envs' own).
 
     ``workers``: an ``EmbodiedWorkers`` whose rollout workers hold the policy to evaluate."""
     states = evaluation_states(e)
-    out = episode_metrics(workers.evaluate(states, e.deterministic, e.max_episode_steps), "eval")
-    out.update({"eval/deterministic": e.deterministic, "eval/state_seed": e.seed})
+    out = episode_metrics(workers.evaluate(states, e.greedy, e.max_episode_steps), "eval")
+    out.update({"eval/greedy": e.greedy, "eval/state_seed": e.seed})
     if e.max_episode_steps is not None:
         out["eval/max_episode_steps"] = e.max_episode_steps
-    if e.sampled and e.deterministic:
+    if e.sampled and e.greedy:
         out.update(episode_metrics(workers.evaluate(states, False, e.max_episode_steps), SAMPLED_PREFIX))
     return out

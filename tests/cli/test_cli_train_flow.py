@@ -53,7 +53,7 @@ def test_train_then_resume_then_eval(tmp_path):
     assert "total_env_steps: 160" in (run_dir / "config.yaml").read_text()  # the resume's override is recorded
 
     # sampled actions on request (greedy is the default), over the checkpoint's own config; filmed, 2 episodes tiled
-    evaluated = _run("eval", "--checkpoint", str(run_dir), "--episodes", "3", "--json", "eval.deterministic=false",
+    evaluated = _run("eval", "--checkpoint", str(run_dir), "--episodes", "3", "--json", "eval.greedy=false",
                      "--video", "--video-episodes", "2")
     result = json.loads(evaluated.strip().splitlines()[-1])
     assert result["eval/episodes"] == 3 and result["checkpoint"].endswith("iter_000004")
@@ -62,11 +62,11 @@ def test_train_then_resume_then_eval(tmp_path):
     frames = _frames(video)
     assert len(frames) == 21 and frames[0].shape == (128, 256, 3)  # two 128 px tiles side by side
     assert {"eval/success_once", "eval/success_at_end", "eval/episode_return"} <= set(result)
-    assert result["eval/deterministic"] is False
+    assert result["eval/greedy"] is False
     # a bad override is refused in one line
-    refused = TrackedProcess(["eval", "--checkpoint", str(run_dir), "eval.deterministic=maybe"])
+    refused = TrackedProcess(["eval", "--checkpoint", str(run_dir), "eval.greedy=maybe"])
     returncode, _, stderr = refused.wait()
-    assert returncode == 2 and "eval.deterministic" in stderr and "Traceback" not in stderr
+    assert returncode == 2 and "eval.greedy" in stderr and "Traceback" not in stderr
 
 
 @pytest.mark.slow

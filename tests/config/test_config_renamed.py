@@ -43,3 +43,23 @@ def test_algorithm_name_on_a_staged_recipe_switches_the_stages_that_sample_the_e
         load_stages("maniskill_pickcube", None, ["algorithm.name=sft"])
     with pytest.raises(ConfigError, match="algorithm.name='nope' is not a registered algorithm; allowed: .*gspo"):
         load_stages("maniskill_pickcube", None, ["algorithm.name=nope"])
+
+
+def test_a_run_directory_saved_before_the_renames_resumes_and_evaluates(tmp_path):
+    """A saved config.yaml with old keys at the top level and in a stage loads as the run's own (``saved``) and
+    is refused as a user's --config file."""
+    from embodied_rl.config.loader import from_yaml_file, to_yaml
+
+    base = load_train_config("maniskill_pushcube", None, ["stages=[]", "algorithm.name=grpo", "env.max_episode_steps=50",
+                                                          "algorithm.group_size=4"])
+    text = to_yaml(base).replace("  greedy: true", "  deterministic: false").replace(
+        "  dynamic_sampling: null", "  filter_groups: true")
+    assert "deterministic: false" in text and "filter_groups: true" in text
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    resumed = load_train_config(None, str(path), [], saved=True)
+    assert resumed.eval.greedy is False and resumed.algorithm.dynamic_sampling is True
+    loaded = from_yaml_file(path)
+    assert loaded.eval.greedy is False and loaded.algorithm.dynamic_sampling is True
+    with pytest.raises(ConfigError, match="renamed; use (eval.greedy|algorithm.dynamic_sampling)"):
+        load_train_config(None, str(path), [])

@@ -11,7 +11,7 @@ from embodied_rl.utils.checkpoint import load_checkpoint
 # Sampled (not greedy) evaluation actions, so evaluation requests consume seeds; a constant learning rate, so a
 # run of 80 env steps extended to 160 trains at the rates of the 160-step run.
 TINY = ["deterministic=true", "env.num_workers=2", "env.envs_per_worker=2", "env.max_episode_steps=15",
-        "rollout.steps_per_iteration=10", "eval.num_episodes=4", "eval.deterministic=false",
+        "rollout.steps_per_iteration=10", "eval.num_episodes=4", "eval.greedy=false",
         "checkpoint.every_iterations=1", "checkpoint.keep_last=10", "policy.hidden_sizes=[16]",
         "algorithm.num_minibatches=2", "algorithm.update_epochs=2", "algorithm.anneal_lr=false"]
 

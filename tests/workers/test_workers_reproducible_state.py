@@ -9,7 +9,7 @@ import ray
 import torch
 
 from embodied_rl.algorithms.embodied.grpo import GroupConfig
-from embodied_rl.config.schema import PPOConfig
+from embodied_rl.algorithms.embodied.ppo import PPOConfig
 from embodied_rl.runtime import Channel, WorkerGroup
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.messages import REQUESTS_KEY, PolicyRequest, StopServing, responses_key

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import ray
 
-from embodied_rl.config.schema import PPOConfig
+from embodied_rl.algorithms.embodied.ppo import PPOConfig
 from embodied_rl.runtime import Channel, WorkerGroup
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.messages import TRAJECTORIES_KEY, Trajectory
