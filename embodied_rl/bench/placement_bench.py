@@ -58,7 +58,7 @@ class FullLoop:
 
     def __init__(self, config, cluster, cluster_share: float, lock_name: str):
         from embodied_rl.runners.setup import start_workers
-        from embodied_rl.runners.turns import PhaseTurns
+        from embodied_rl.runners.device_turns import PhaseTurns
         from embodied_rl.runtime.device_lock import DeviceLock
 
         self.workers = start_workers(config, cluster, cluster_share=cluster_share)

@@ -4,7 +4,7 @@ RL (ppo, grpo, ...): sample through env and rollout workers, update on the actor
 algorithm that filters what it samples (GRPO's dynamic sampling) may ask for more sampling rounds before it updates.
 SFT: the actor clones demonstrations; env and rollout workers only evaluate.
 
-Sampling and updating are turns on the device slots (``runners/turns.py``): where they share slots, each phase
+Sampling and updating are turns on the device slots (``runners/device_turns.py``): where they share slots, each phase
 holds the device lock for its turn and the idle side is offloaded.
 """
 
@@ -26,7 +26,7 @@ from embodied_rl.runners.eval_video import record_eval_video
 from embodied_rl.runners.evaluation import episode_metrics, evaluate_policy
 from embodied_rl.runners.scale_requests import take_scale_request
 from embodied_rl.runners.setup import ScaleError, ScaleRolledBack, start_workers
-from embodied_rl.runners.turns import PhaseTurns
+from embodied_rl.runners.device_turns import PhaseTurns
 from embodied_rl.runtime import Cluster
 from embodied_rl.runtime.deadlines import DeadlineExceeded, get_within
 from embodied_rl.runtime.device_lock import DeviceLock
