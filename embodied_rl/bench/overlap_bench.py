@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from embodied_rl.bench import print_report, require_at_least_one
@@ -45,11 +46,31 @@ def training_figures(run_dir: Path, target: float) -> dict:
                        "success_at_target": row["eval/success_once"]}
         evaluations_before += row.get("time/eval_s", 0.0)
     last = rows[-1]
-    return {"iterations": last["train/iteration"], "env_steps": last["env_steps"],
+    return {"time_per_iteration": time_breakdown(rows), "iterations": last["train/iteration"],
+            "env_steps": last["env_steps"],
             "training_s": round(training_s, 1), "env_steps_per_s": round(last["env_steps"] / training_s, 1),
             "best_eval_success": max((r["eval/success_once"] for r in rows if "eval/success_once" in r),
                                      default=None),
             **(reached or {"seconds_to_target": None, "env_steps_to_target": None})}
+
+
+def time_breakdown(rows: list[dict]) -> dict:
+    """Where a run's iterations went, mean seconds per iteration (the first iteration, start-up, left out):
+    sampling (the round: env steps, inference, channels), the update (the actor's, waited for), weight sync, and
+    the rest of the iteration (turn switches, the driver's bookkeeping between them), and during sampling the env workers' share of waiting for actions."""
+    trained = [r for r in rows[1:] if "time/sample_s" in r] or [r for r in rows if "time/sample_s" in r]
+    if not trained:
+        return {}
+    mean = lambda key: float(np.mean([r.get(key, 0.0) for r in trained]))  # noqa: E731
+    iteration = float(np.mean([r["time/sample_s"] + r["time/update_wall_s"] + r.get("time/turn_switch_s", 0.0)
+                               for r in trained]))
+    figures = {"iteration_s": iteration, "sample_s": mean("time/sample_s"), "update_s": mean("time/update_wall_s"),
+               "weight_sync_s": mean("time/sync_s")}
+    figures["other_s"] = iteration - figures["sample_s"] - figures["update_s"] - figures["weight_sync_s"]
+    figures = {k: round(v, 4) for k, v in figures.items()}
+    if any("time/env_waiting_share" in r for r in trained):
+        figures["env_waiting_share_of_sampling"] = round(mean("time/env_waiting_share"), 3)
+    return figures
 
 
 def bare_loop_steps_per_s(config, steps: int, core: int = 0) -> float:
