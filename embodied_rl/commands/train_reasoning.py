@@ -52,13 +52,10 @@ def saved_task(run_dir: Path) -> str | None:
     return saved.get("task") if isinstance(saved, dict) else None
 
 
-def _resume_checkpoint(directory: Path, config, multi_turn: bool):
+def _resume_checkpoint(directory: Path, config):
     """The newest readable checkpoint of ``directory`` for ``--resume``, or one line saying why there is none."""
     from embodied_rl.utils.checkpoint import list_checkpoints, load_checkpoint
 
-    if multi_turn:
-        raise ConfigError(f"--resume: multi-turn runs (task {config.task!r}) cannot be resumed yet; start a new "
-                          "run (model.name=<run>/model starts from a finished run's model)")
     if config.trainer.backend == "megatron":
         raise ConfigError("--resume: trainer.backend='megatron' runs cannot be resumed yet; allowed: single, ddp, "
                           "fsdp")
@@ -87,7 +84,7 @@ def run_reasoning_train(task: str, config_file: str | None, overrides: list[str]
         from embodied_rl.runners.reasoning import ReasoningRunner as Runner
     if resume:
         directory = Path(run_dir)
-        checkpoint = _resume_checkpoint(directory, config, multi_turn)
+        checkpoint = _resume_checkpoint(directory, config)
     else:
         directory = Path(run_dir or config.run_dir or
                          Path(config.runs_root) / f"{config.task}-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -29,6 +29,7 @@ from embodied_rl.runners.multi_turn_rollout import encode_demonstration, rollout
 from embodied_rl.runners.reasoning import EVAL_SEED, ReasoningRunner
 from embodied_rl.runners.weight_sync import get_failing_fast
 from embodied_rl.runtime import WorkerGroup
+from embodied_rl.utils.checkpoint import Checkpoint
 from embodied_rl.workers.tool_env_worker import ToolEnvProxy, ToolEnvWorker
 
 TRAIN_KEYS = {"reward": "train/reward", "outcome": "reward/outcome", "format": "reward/format", "tool": "reward/tool",
@@ -51,13 +52,10 @@ def check_multi_turn(config: ReasoningConfig) -> None:
 
 
 class MultiTurnReasoningRunner(ReasoningRunner):
-    def __init__(self, config: ReasoningConfig, run_dir: Path):
+    def __init__(self, config: ReasoningConfig, run_dir: Path, resume: Checkpoint | None = None):
         check_multi_turn(config)
-        super().__init__(config, run_dir)
+        super().__init__(config, run_dir, resume)
         self.tokenizer = load_tokenizer(config.model.name)  # the driver's: prompts and env turns to ids
-
-    def _env_state(self) -> None:
-        return None  # conversations' sampler state is not checkpointed: multi-turn runs are not resumable yet
 
     def _env_group(self, share: float, slots: dict) -> WorkerGroup:
         c = self.config

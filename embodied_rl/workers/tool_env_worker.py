@@ -41,6 +41,15 @@ class ToolEnvWorker(Worker):
         """One turn of ``split``'s conversations (``ToolTaskEnv.step``): the ``StepBatch``."""
         return self._env(split).step(actions)
 
+    def state(self) -> dict:
+        """The train env's problem sampler (``TextTaskEnv.get_state``), for a checkpoint: between rounds every
+        conversation is over, so the sampler is all a resumed run needs."""
+        return self.envs["train"].get_state()
+
+    def restore(self, state: dict) -> None:
+        """Continue from ``state()``'s moment: the next round draws the problems it would have drawn."""
+        self.envs["train"].set_state(state)
+
     def demonstrations(self) -> list[tuple[str, list[tuple[str, bool]]]]:
         """Every train problem as (question, [(text, written_by_model), ...]): the SFT warm start's data."""
         return self.envs["train"].demonstrations()

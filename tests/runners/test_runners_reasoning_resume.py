@@ -23,14 +23,24 @@ def _rows(run_dir) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
-def test_a_resumed_reasoning_run_continues_bit_for_bit(tmp_path, cluster):
+MULTI_TURN = ["env.count=60", "env.heldout_count=4", "sft.steps=3", "sft.batch_size=4", "rl.iterations=4",
+              "rl.prompts_per_iteration=2", "algorithm.group_size=4", "rl.lr=1e-3", "eval.every_iterations=0",
+              "eval.num_problems=2", "generation.max_new_tokens=6", "checkpoint.every_iterations=2",
+              "torch_threads=1"]
+
+
+@pytest.mark.parametrize("task, overrides", [("math_arith", SMALL),
+                                             pytest.param("math_tool", MULTI_TURN, marks=pytest.mark.slow)])
+def test_a_resumed_reasoning_run_continues_bit_for_bit(tmp_path, cluster, task, overrides):
     from embodied_rl.config.reasoning import load_reasoning_config
     from embodied_rl.runners.reasoning import ReasoningRunner
+    from embodied_rl.runners.reasoning_multi_turn import MultiTurnReasoningRunner
     from embodied_rl.utils.checkpoint import load_checkpoint
 
-    config = load_reasoning_config("math_arith", None, SMALL)
+    Runner = MultiTurnReasoningRunner if task == "math_tool" else ReasoningRunner
+    config = load_reasoning_config(task, None, overrides)
     whole = tmp_path / "whole"
-    ReasoningRunner(config, whole).run()
+    Runner(config, whole).run()
     assert sorted(p.name for p in (whole / "checkpoints").glob("iter_*")) == ["iter_000002", "iter_000004"]
 
     # a crash after iteration 3: its rows were logged, its checkpoint (iteration 4) and model never written
@@ -43,7 +53,7 @@ def test_a_resumed_reasoning_run_continues_bit_for_bit(tmp_path, cluster):
     checkpoint = load_checkpoint(crashed)
     assert checkpoint.counters["iteration"] == 2 and checkpoint.env_state
 
-    runner = ReasoningRunner(load_reasoning_config("math_arith", None, SMALL), crashed, checkpoint)
+    runner = Runner(load_reasoning_config(task, None, overrides), crashed, checkpoint)
     runner.run()
     assert runner.iteration == 4
     assert _rows(crashed) == _rows(whole)  # start eval, SFT, 4 iterations: 3 and 4 run again, logged once
@@ -56,7 +66,7 @@ def test_a_resumed_reasoning_run_continues_bit_for_bit(tmp_path, cluster):
 
 @pytest.mark.parametrize("make, fragment", [
     (lambda d: None, "has no checkpoint to resume from"),
-    (lambda d: (d / "config.yaml").write_text("task: math_tool\n"), "multi-turn runs"),
+    (lambda d: (d / "config.yaml").write_text("task: math_tool\n"), "has no checkpoint to resume from"),
 ])
 def test_resume_refusals_are_one_line(tmp_path, make, fragment):
     run_dir = tmp_path / "run"
