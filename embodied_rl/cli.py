@@ -158,80 +158,119 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tasks(args) -> int:
+    from embodied_rl.commands.listing import run_tasks
+
+    return run_tasks()
+
+
+def _doctor(args) -> int:
+    from embodied_rl.commands.doctor import run_doctor
+
+    return run_doctor()
+
+
+def _demos(args) -> int:
+    from embodied_rl.commands.demos import run_demos
+
+    return run_demos(args.task, args.episodes, args.source, args.obs, args.control_mode, args.out,
+                     args.keep_failures, args.seed, args.planner_speed)
+
+
+def _scale(args) -> int:
+    from embodied_rl.commands.scale import run_scale
+
+    return run_scale(args.run_dir, args.sizes)
+
+
+def _train(args) -> int:
+    from embodied_rl.commands.train import run_train
+
+    return run_train(args.task, args.config, args.overrides, args.run_dir, args.resume, args.ray_address,
+                     args.retries)
+
+
+def _eval(args) -> int:
+    from embodied_rl.commands.evaluate import run_eval
+
+    return run_eval(args.checkpoint, args.episodes, args.ray_address, args.json, args.video, args.video_episodes,
+                    args.video_dir, args.overrides)
+
+
+def _bench_env(args) -> int:
+    from embodied_rl.bench.env_bench import run_env_bench
+
+    return run_env_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats, args.json)
+
+
+def _bench_placement(args) -> int:
+    from embodied_rl.commands.train_reasoning import is_text_task
+
+    if is_text_task(args.task):
+        from embodied_rl.bench.text_placement_bench import run_text_placement_bench
+
+        return run_text_placement_bench(args.task, args.iterations, args.repeats, args.sft_steps, args.json)
+    from embodied_rl.bench.placement_bench import run_placement_bench
+
+    return run_placement_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats,
+                               args.json, args.policies, args.full_loop)
+
+
+def _bench_render(args) -> int:
+    from embodied_rl.bench.render_bench import run_render_bench
+
+    return run_render_bench(args.task, args.chunk, args.image_size, args.decisions, args.repeats, args.json)
+
+
+def _bench_elastic(args) -> int:
+    from embodied_rl.bench.elastic_bench import run_elastic_bench
+
+    return run_elastic_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.rounds, args.json)
+
+
+def _bench_overlap(args) -> int:
+    from embodied_rl.bench.overlap_bench import run_overlap_bench
+
+    return run_overlap_bench(args.task, args.target, args.max_env_steps, args.eval_every, args.eval_episodes,
+                             args.json, args.overrides)
+
+
+def _bench_generation(args) -> int:
+    from embodied_rl.bench.reasoning_bench import run_generation_bench
+
+    return run_generation_bench(args.model, args.prompts, args.new_tokens, args.repeats, args.threads, args.json)
+
+
+def _bench_text_async(args) -> int:
+    from embodied_rl.bench.reasoning_bench import run_text_async_bench
+
+    return run_text_async_bench(args.iterations, args.sft_steps, args.json, args.overrides)
+
+
+def _bench_text_tis(args) -> int:
+    from embodied_rl.bench.reasoning_bench import run_text_tis_bench
+
+    return run_text_tis_bench(args.iterations, args.sft_steps, args.eval_every, args.json, args.overrides)
+
+
+def _bench_channel(args) -> int:
+    from embodied_rl.bench.channel_bench import run_channel_bench
+
+    return run_channel_bench(args.json, args.repeats, args.sizes)
+
+
+HANDLERS = {"tasks": _tasks, "doctor": _doctor, "demos": _demos, "scale": _scale, "train": _train, "eval": _eval,
+            "bench env": _bench_env, "bench placement": _bench_placement, "bench render": _bench_render,
+            "bench elastic": _bench_elastic, "bench overlap": _bench_overlap, "bench generation": _bench_generation,
+            "bench text-async": _bench_text_async, "bench text-tis": _bench_text_tis, "bench channel": _bench_channel}
+"""Each command (``bench`` with its bench's name) and its handler; a handler imports what it runs when it runs."""
+
+
 def dispatch(args) -> int:
-    if args.command == "tasks":
-        from embodied_rl.commands.listing import run_tasks
-
-        return run_tasks()
-    if args.command == "doctor":
-        from embodied_rl.commands.doctor import run_doctor
-
-        return run_doctor()
-    if args.command == "demos":
-        from embodied_rl.commands.demos import run_demos
-
-        return run_demos(args.task, args.episodes, args.source, args.obs, args.control_mode, args.out,
-                         args.keep_failures, args.seed, args.planner_speed)
-    if args.command == "scale":
-        from embodied_rl.commands.scale import run_scale
-
-        return run_scale(args.run_dir, args.sizes)
-    if args.command == "train":
-        from embodied_rl.commands.train import run_train
-
-        return run_train(args.task, args.config, args.overrides, args.run_dir, args.resume, args.ray_address,
-                         args.retries)
-    if args.command == "eval":
-        from embodied_rl.commands.evaluate import run_eval
-
-        return run_eval(args.checkpoint, args.episodes, args.ray_address, args.json, args.video,
-                        args.video_episodes, args.video_dir, args.overrides)
-    if args.command == "bench" and args.bench == "env":
-        from embodied_rl.bench.env_bench import run_env_bench
-
-        return run_env_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats, args.json)
-    if args.command == "bench" and args.bench == "placement":
-        from embodied_rl.commands.train_reasoning import is_text_task
-
-        if is_text_task(args.task):
-            from embodied_rl.bench.text_placement_bench import run_text_placement_bench
-
-            return run_text_placement_bench(args.task, args.iterations, args.repeats, args.sft_steps, args.json)
-        from embodied_rl.bench.placement_bench import run_placement_bench
-
-        return run_placement_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats,
-                                   args.json, args.policies, args.full_loop)
-    if args.command == "bench" and args.bench == "render":
-        from embodied_rl.bench.render_bench import run_render_bench
-
-        return run_render_bench(args.task, args.chunk, args.image_size, args.decisions, args.repeats, args.json)
-    if args.command == "bench" and args.bench == "elastic":
-        from embodied_rl.bench.elastic_bench import run_elastic_bench
-
-        return run_elastic_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.rounds,
-                                 args.json)
-    if args.command == "bench" and args.bench == "overlap":
-        from embodied_rl.bench.overlap_bench import run_overlap_bench
-
-        return run_overlap_bench(args.task, args.target, args.max_env_steps, args.eval_every, args.eval_episodes,
-                                 args.json, args.overrides)
-    if args.command == "bench" and args.bench == "generation":
-        from embodied_rl.bench.reasoning_bench import run_generation_bench
-
-        return run_generation_bench(args.model, args.prompts, args.new_tokens, args.repeats, args.threads, args.json)
-    if args.command == "bench" and args.bench == "text-async":
-        from embodied_rl.bench.reasoning_bench import run_text_async_bench
-
-        return run_text_async_bench(args.iterations, args.sft_steps, args.json, args.overrides)
-    if args.command == "bench" and args.bench == "text-tis":
-        from embodied_rl.bench.reasoning_bench import run_text_tis_bench
-
-        return run_text_tis_bench(args.iterations, args.sft_steps, args.eval_every, args.json, args.overrides)
-    if args.command == "bench" and args.bench == "channel":
-        from embodied_rl.bench.channel_bench import run_channel_bench
-
-        return run_channel_bench(args.json, args.repeats, args.sizes)
-    raise ConfigError(f"unknown command {args.command!r}")
+    name = f"{args.command} {args.bench}" if args.command == "bench" else args.command
+    if name not in HANDLERS:
+        raise ConfigError(f"unknown command {name!r}")
+    return HANDLERS[name](args)
 
 
 def main(argv: list[str] | None = None) -> int:
