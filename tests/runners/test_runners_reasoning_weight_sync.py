@@ -30,27 +30,27 @@ def test_broadcast_gives_generation_workers_the_trainers_weights_as_the_object_s
     class Checked(ReasoningRunner):
         def _save(self, final):  # at the run's end, its workers still up: check, instead of writing a checkpoint
             trainer, version = ray.get(self.actor.workers[0].get_weights.remote())
-            before = ray.get(self.generation.workers[0].get_weights.remote())[0]
-            stale = _greedy(self.generation.workers[1])
+            before = ray.get(self.workers.generation.workers[0].get_weights.remote())[0]
+            stale = _greedy(self.workers.generation.workers[1])
             ray.get(self.actor.call("sft_update", [("1+1", "2")], 1, 1, 0.1))  # one more step: new weights
             moved, version = ray.get(self.actor.workers[0].get_weights.remote())
             assert any(not np.array_equal(moved[k], v) for k, v in trainer.items())
-            assert self._publish() >= 0 and self.published_version == version == 3  # SFT, RL, this step
-            for worker in self.generation.workers:
+            assert self.workers.publish() >= 0 and self.workers.published_version == version == 3  # SFT, RL, this step
+            for worker in self.workers.generation.workers:
                 weights, held = ray.get(worker.get_weights.remote())
                 assert held == version
                 _assert_same(weights, moved)
-            broadcast = _greedy(self.generation.workers[1])
+            broadcast = _greedy(self.workers.generation.workers[1])
             assert broadcast != stale  # the int8 copy was quantised anew
             # back to the old weights, then the same publish through the object store
-            ray.get([worker.load_weights.remote((before, 0)) for worker in self.generation.workers])
-            self.weights_collective = None
-            self._publish()
-            for worker in self.generation.workers:
+            ray.get([worker.load_weights.remote((before, 0)) for worker in self.workers.generation.workers])
+            self.workers.weights.formed = False  # the same WeightSync, through the object store this time
+            self.workers.publish()
+            for worker in self.workers.generation.workers:
                 weights, held = ray.get(worker.get_weights.remote())
                 assert held == version
                 _assert_same(weights, moved)
-            assert _greedy(self.generation.workers[1]) == broadcast
+            assert _greedy(self.workers.generation.workers[1]) == broadcast
 
     config = load_reasoning_config("math_arith", None, SMALL)
     assert config.generation.weight_sync == "auto"
