@@ -60,8 +60,11 @@ class TextRLConfig:
         return getattr(FAMILY[self.name], key)
 
     def problems(self) -> Iterator[tuple]:
-        if self.name not in FAMILY:
-            yield "name", self.name, ", ".join(FAMILY) + " (the others run on embodied tasks only)"
+        from embodied_rl.algorithms.embodied import ALGORITHMS  # the one registry; its algorithms say where they run
+
+        text_names = [n for n in ALGORITHMS.names() if "text" in ALGORITHMS.get(n).worlds]
+        if self.name not in text_names:
+            yield "name", self.name, ", ".join(text_names) + " (the others run on embodied tasks only)"
             return
         if self.ratio_level is not None and self.ratio_level not in TEXT_RATIO_LEVELS:
             yield "ratio_level", self.ratio_level, ", ".join(TEXT_RATIO_LEVELS)

@@ -115,20 +115,28 @@ class TextWorkers:
                    f"generation worker {rank}'s weights (a replacement)")
         self.faults["fault/rollout_workers_replaced"] += 1
 
-    def call_generation(self, method: str, *args) -> list:
-        """``method`` on every generation worker, within ``fault.hang_timeout_s``; a worker that died or missed the
-        deadline is replaced and asked again."""
-        hang, replaced = self.config.fault.hang_timeout_s, False
-        results = []
-        for rank, future in enumerate(self.generation.call(method, *args)):
+    def _answer(self, rank: int, future, resend, what: str) -> tuple[object, int]:
+        """``future``'s result (a call on generation worker ``rank``) within ``fault.hang_timeout_s``, and how many
+        times the worker was replaced for it: a worker that died or missed the deadline is killed, replaced
+        (``replace_generation``, which raises past ``MAX_WORKER_RESTARTS``) and ``resend(worker)`` asks again."""
+        replacements = 0
+        while True:
             try:
-                results.append(get_within(future, hang, f"generation worker {rank}'s {method}"))
+                return get_within(future, self.config.fault.hang_timeout_s, what), replacements
             except (ray.exceptions.RayActorError, DeadlineExceeded) as error:
                 ray.kill(self.generation.workers[rank], no_restart=True)
                 self.replace_generation(rank, error)
-                replaced = True
-                results.append(get_within(getattr(self.generation.workers[rank], method).remote(*args), hang,
-                                          f"generation worker {rank}'s {method}"))
+                replacements += 1
+                future = resend(self.generation.workers[rank])
+
+    def call_generation(self, method: str, *args) -> list:
+        """``method`` on every generation worker (``_answer``: a dead or hung one is replaced and asked again)."""
+        results, replaced = [], 0
+        for rank, future in enumerate(self.generation.call(method, *args)):
+            result, replacements = self._answer(rank, future, lambda worker: getattr(worker, method).remote(*args),
+                                                f"generation worker {rank}'s {method}")
+            results.append(result)
+            replaced += replacements
         if replaced and self.weights.formed:
             self.weights.reform()
         return results
@@ -150,24 +158,22 @@ class TextWorkers:
     def finish_generation(self, batch: GenerationRound) -> list[dict]:
         """The answers of a started round, in question order. A worker that died (or missed
         ``fault.hang_timeout_s``, then it is killed) is replaced and its part generated again on the replacement
-        with the same seed; the responses regenerated, lost and duplicated are counted (``FAULT_COUNTERS``)."""
-        hang = self.config.fault.hang_timeout_s
+        with the same seed; the responses regenerated, lost (a prompt left without one) and duplicated (answers
+        beyond a worker's part, or two for one prompt) are counted (``FAULT_COUNTERS``). A dead worker's call
+        returns nothing, so a replacement alone cannot duplicate: its part comes from the replacement only."""
         answers: list = [None] * len(batch.questions)
-        replaced = False
+        replaced = 0
         for rank, (part, future) in enumerate(zip(batch.parts, batch.futures)):
             if future is None:
                 continue
-            while True:
-                try:
-                    got = get_within(future, hang, f"generation worker {rank}'s {len(part)} responses")
-                    break
-                except (ray.exceptions.RayActorError, DeadlineExceeded) as error:
-                    ray.kill(self.generation.workers[rank], no_restart=True)
-                    self.replace_generation(rank, error)  # raises past MAX_WORKER_RESTARTS
-                    replaced = True
-                    self.faults["fault/responses_regenerated"] += len(part)
-                    future = getattr(self.generation.workers[rank], batch.method).remote(
-                        [batch.questions[i] for i in part], batch.params[rank])
+            questions, params = [batch.questions[i] for i in part], batch.params[rank]
+            got, replacements = self._answer(rank, future,
+                                             lambda worker: getattr(worker, batch.method).remote(questions, params),
+                                             f"generation worker {rank}'s {len(part)} responses")
+            replaced += replacements
+            self.faults["fault/responses_regenerated"] += replacements * len(part)
+            if len(got) > len(part):  # a worker that answered more than it was asked
+                self.faults["fault/responses_duplicated"] += len(got) - len(part)
             for index, answer in zip(part, got):
                 if answers[index] is not None:
                     self.faults["fault/responses_duplicated"] += 1

@@ -29,7 +29,7 @@ def get_failing_fast(futures: list, timeout_s: float, what: str) -> list:
         ready, pending = ray.wait(pending, num_returns=1, timeout=max(deadline - time.monotonic(), 0))
         if not ready:
             break
-        ray.get(ready)
+        get_within(ready, BROADCAST_RECOVERY_S, f"the result of a finished call of {what}")  # raises its failure
     return get_within(futures, max(deadline - time.monotonic(), 0.001), what)
 
 

@@ -49,3 +49,25 @@ def test_a_reasoning_run_survives_a_killed_generation_worker_and_scales_live(tmp
     assert [r["scale/rollout_workers"] for r in trained if "scale/rollout_workers" in r] == [3]
     assert runner.responses == ITERATIONS * 4 * 4  # every response of every batch, once
     assert all(r["train/policy_staleness"] == 0 for r in trained)  # replacements and new workers got the weights
+
+
+def test_a_round_counts_responses_lost_and_duplicated_per_prompt(cluster):
+    """The counters read each prompt's slot: a worker answering more than its part counts as duplicated, one
+    answering fewer leaves prompts without a response (counted lost, and the round fails)."""
+    import numpy as np
+    import ray
+
+    from embodied_rl.config.reasoning import load_reasoning_config
+    from embodied_rl.runners.text_workers import GenerationRound, TextWorkers
+
+    workers = TextWorkers(load_reasoning_config("math_arith", None, []), None, None, None)
+    parts = [np.array([0, 1]), np.array([2])]
+    extra = GenerationRound(["q0", "q1", "q2"], parts, [{}, {}], "generate",
+                            [ray.put([{"i": 0}, {"i": 1}, {"i": 9}]), ray.put([{"i": 2}])])
+    assert [a["i"] for a in workers.finish_generation(extra)] == [0, 1, 2]
+    assert workers.faults["fault/responses_duplicated"] == 1 and workers.faults["fault/responses_lost"] == 0
+    short = GenerationRound(["q0", "q1", "q2"], parts, [{}, {}], "generate",
+                            [ray.put([{"i": 0}]), ray.put([{"i": 2}])])
+    with pytest.raises(RuntimeError, match="without 1 of its 3 responses"):
+        workers.finish_generation(short)
+    assert workers.faults["fault/responses_lost"] == 1
