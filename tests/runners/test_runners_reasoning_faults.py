@@ -44,7 +44,10 @@ def test_a_reasoning_run_survives_a_killed_generation_worker_and_scales_live(tmp
     trained = [r for r in rows if "time/iteration_s" in r]
     assert [r["train/iteration"] for r in trained] == list(range(1, ITERATIONS + 1))
     last = trained[-1]
-    assert killed and last["fault/rollout_workers_replaced"] == 1
+    # A kill between syncs costs one replacement. Under broadcast a kill during a sync also leaves the other
+    # worker stuck in the broken collective, and that one is replaced too: never more than the two workers.
+    most = 2 if weight_sync == "broadcast" else 1
+    assert killed and 1 <= last["fault/rollout_workers_replaced"] <= most
     assert last["fault/responses_duplicated"] == 0 and last["fault/responses_lost"] == 0
     assert [r["scale/rollout_workers"] for r in trained if "scale/rollout_workers" in r] == [3]
     assert runner.responses == ITERATIONS * 4 * 4  # every response of every batch, once
