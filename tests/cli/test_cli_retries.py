@@ -83,7 +83,10 @@ def test_a_worker_that_keeps_dying_leaves_a_stop_checkpoint_and_exit_1(tmp_path)
     # the clean checkpoints are untouched, and the newest of them wins a tie with the stop checkpoint
     assert {p.name: p.read_bytes() for p in (checkpoints / "iter_000002").iterdir()} == before
     newest_clean = checkpoints / f"iter_{stop.counters['iteration']:06d}"
-    assert (newest_clean / "env_state.json").is_file()
+    # its env states, unless a kill landed between its round and its snapshot (then it says so, and a resume
+    # from it starts fresh episodes)
+    assert (newest_clean / "env_state.json").is_file() or f"checkpoint of iteration {stop.counters['iteration']} " \
+        "without env states" in stderr
     assert load_checkpoint(run_dir).path == newest_clean
     assert json.loads((newest_clean / "counters.json").read_text()).get("interrupted") is None
 
