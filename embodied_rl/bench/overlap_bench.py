@@ -56,17 +56,16 @@ def training_figures(run_dir: Path, target: float) -> dict:
 
 def time_breakdown(rows: list[dict]) -> dict:
     """Where a run's iterations went, mean seconds per iteration (the first iteration, start-up, left out):
-    sampling (the round: env steps, inference, channels), the update (the actor's, waited for), weight sync, and
-    the rest of the iteration (turn switches, the driver's bookkeeping between them), and during sampling the env workers' share of waiting for actions."""
+    sampling (the driver's wait for rounds: env steps, inference, channels), the update (the actor's, waited for),
+    weight sync, and the rest of the iteration (turn switches, resizes, the driver's bookkeeping between them), and
+    during sampling the env workers' share of waiting for actions."""
     trained = [r for r in rows[1:] if "time/sample_s" in r] or [r for r in rows if "time/sample_s" in r]
     if not trained:
         return {}
     mean = lambda key: float(np.mean([r.get(key, 0.0) for r in trained]))  # noqa: E731
-    iteration = float(np.mean([r["time/sample_s"] + r["time/update_wall_s"] + r.get("time/turn_switch_s", 0.0)
-                               for r in trained]))
-    figures = {"iteration_s": iteration, "sample_s": mean("time/sample_s"), "update_s": mean("time/update_wall_s"),
-               "weight_sync_s": mean("time/sync_s")}
-    figures["other_s"] = iteration - figures["sample_s"] - figures["update_s"] - figures["weight_sync_s"]
+    figures = {"iteration_s": mean("time/iteration_s"), "sample_s": mean("time/sample_s"),
+               "update_s": mean("time/update_wall_s"), "weight_sync_s": mean("time/sync_s")}
+    figures["other_s"] = figures["iteration_s"] - figures["sample_s"] - figures["update_s"] - figures["weight_sync_s"]
     figures = {k: round(v, 4) for k, v in figures.items()}
     if any("time/env_waiting_share" in r for r in trained):
         figures["env_waiting_share_of_sampling"] = round(mean("time/env_waiting_share"), 3)

@@ -153,7 +153,7 @@ def _run_one(config: TrainConfig, directory: Path, resume: bool) -> dict:
     started = time.perf_counter()
     final_eval = runner.run()
     return {"run_dir": str(directory), "env_steps": runner.env_steps, "iterations": runner.iteration,
-            "wall_s": round(time.perf_counter() - started, 1), "best_success_once": runner.best_success,
+            "wall_s": round(time.perf_counter() - started, 1), "best_success_once": runner.best_score,
             **final_eval}
 
 

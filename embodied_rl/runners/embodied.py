@@ -24,6 +24,7 @@ from embodied_rl.runners.autoscale import Autoscaler, Limits, env_step, wait_sha
 from embodied_rl.runners.demonstrations import load_demo_transitions, load_sft_demonstrations
 from embodied_rl.runners.eval_video import record_eval_video
 from embodied_rl.runners.evaluation import episode_metrics, evaluate_policy
+from embodied_rl.runners.loop import Round, Schedule, TrainingLoop
 from embodied_rl.runners.scale_requests import take_scale_request
 from embodied_rl.runners.setup import ScaleError, ScaleRolledBack, start_workers
 from embodied_rl.runners.device_turns import PhaseTurns
@@ -53,10 +54,12 @@ class EmbodiedRunner:
         self.iteration = 0
         self.env_steps = 0
         self.last_eval: dict = {}
-        self.best_success = -1.0  # best eval success_once so far (its checkpoint is in best_checkpoint/)
+        self.best_score = -1.0  # the best evaluation's success_once so far (its checkpoint is in best_checkpoint/)
         self.turns: list = []  # the device lock's TurnRecords of the last run: who held which slots when
         self.autoscaler: Autoscaler | None = None
-        self.reached_success = False  # an evaluation reached eval.stop_at_success: the run ends
+        self.reached_success = False  # an evaluation reached eval.stop_at_success: the run ended there
+        self._pool = None  # overlapped sampling's driver thread
+        self._episodes, self._rounds, self._start_steps = [], 0, 0
 
     def steps_per_iteration(self) -> int:
         """Env steps of one sampling round."""
@@ -79,7 +82,7 @@ class EmbodiedRunner:
             if self.resume is not None:
                 self.iteration = int(self.resume.counters.get("iteration", 0))
                 self.env_steps = int(self.resume.counters.get("env_steps", 0))
-                self.best_success = float(self.resume.counters.get("best_success_once", -1.0))
+                self.best_score = float(self.resume.counters.get("best_success_once", -1.0))
             env_state = self._resumable_env_state()
             # Saved env states continue where the run stopped; without them, fresh states (not the first episodes)
             workers = start_workers(c, cluster, env_seed_offset=0 if env_state else self.env_steps)
@@ -110,13 +113,12 @@ class EmbodiedRunner:
                         get_within(workers.actor.call("load_demo_transitions", load_demo_transitions(c)),
                                    c.fault.hang_timeout_s, "the actor loading the demonstration transitions")
                     turns.publish_weights()
+                self.workers, self.phases, self.log, self.progress = workers, turns, log, progress
                 try:
-                    if self.supervised:
-                        self._sft_loop(workers, turns, log, progress)
-                    elif c.rollout.max_staleness:
-                        self._overlapped_loop(workers, turns, log, progress)
-                    else:
-                        self._loop(workers, turns, log, progress)
+                    self._start_steps = self.env_steps
+                    loop = TrainingLoop(self, self.schedule())
+                    loop.run()
+                    self.reached_success = loop.stopped
                 except KeyboardInterrupt:  # Ctrl-C or SIGTERM (cluster.install_interrupt_handler)
                     self._checkpoint_on_interrupt(workers, turns)
                     raise
@@ -125,6 +127,9 @@ class EmbodiedRunner:
                     raise
                 turns.close()
             finally:
+                if self._pool is not None:
+                    self._pool.shutdown(wait=False, cancel_futures=True)
+                    self._pool = None
                 try:
                     self.turns = lock.turns()
                 except Exception:  # the lock's actor died (its records with it): the run's own error says more
@@ -151,93 +156,120 @@ class EmbodiedRunner:
             return None
         return state
 
-    def _loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
+    # The training loop's side (runners/loop.py): how an embodied run samples, updates, syncs and reports.
+
+    @property
+    def overlap(self) -> bool:
+        return bool(self.config.rollout.max_staleness) and not self.supervised
+
+    @property
+    def samples(self) -> bool:
+        return not self.supervised
+
+    def schedule(self) -> Schedule:
         c = self.config
-        start_steps, start_time = self.env_steps, time.perf_counter()
-        while self.env_steps < c.total_env_steps and not self.reached_success:
-            scaled = self._apply_scale_request(workers, turns)
-            t0 = time.perf_counter()
-            episodes, sample_s, update_s, rounds = [], 0.0, 0.0, 0
-            while True:  # sampling rounds until the algorithm has enough to update on
-                rounds += 1
-                with turns.sampling("sample"):
-                    t_sample = time.perf_counter()
-                    episodes += workers.sample(c.rollout.steps_per_iteration)
-                    sample_s += time.perf_counter() - t_sample
-                self.env_steps += self.steps_per_iteration()
-                with turns.training("update"):
-                    t_update = time.perf_counter()
-                    progress_done = self.env_steps / c.total_env_steps
-                    metrics = workers.finish_update(workers.start_update(progress_done))
-                    update_s += time.perf_counter() - t_update
-                    if not metrics["train/needs_more"]:
-                        turns.publish_weights()
-                if not metrics["train/needs_more"] or self.env_steps >= c.total_env_steps:
-                    break
-            t3 = time.perf_counter()
-            self.iteration += 1
-            self._round_metrics(metrics, workers, episodes, scaled)
-            timings = turns.pop_timings()
-            metrics.update(timings)
-            metrics.update({"time/sample_s": sample_s, "time/update_wall_s": update_s,
-                            "time/sync_s": timings.get("time/sync_install_s", 0.0)
-                            + timings.get("time/sync_publish_s", 0.0) + timings.get("time/sync_broadcast_s", 0.0),
-                            "time/turn_switch_s": (t3 - t0) - sample_s - update_s,
-                            "time/sample_steps_per_s": self.steps_per_iteration() * rounds / max(sample_s, 1e-9),
-                            "time/steps_per_s": (self.env_steps - start_steps) / (t3 - start_time),
-                            "train/iteration": self.iteration, "time/elapsed_s": t3 - start_time,
-                            "sample/env_steps_simulated": workers.env_steps_simulated})
-            self._after_iteration(workers, turns, log, metrics, self.env_steps >= c.total_env_steps)
-            progress.update(self.env_steps, self.last_eval.get("eval/success_once"))
+        return Schedule(c.eval.every_iterations, c.checkpoint.every_iterations, c.log_every_iterations,
+                        c.eval.stop_at_success, "eval.stop_at_success")
 
-    def _overlapped_loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
-        """``rollout.max_staleness=1``: while the actor updates on round k, the env and rollout workers sample round
-        k + 1 (in a driver thread) with the weights from before that update; weights are synced once both are
-        done. Evaluations, checkpoints and resizes happen between iterations, with nothing in flight."""
-        from concurrent.futures import ThreadPoolExecutor
+    def ends(self, iteration: int) -> bool:
+        if self.supervised:
+            return iteration >= self.total_iterations()
+        return self.env_steps >= self.config.total_env_steps
 
-        c = self.config
-        start_steps, start_time = self.env_steps, time.perf_counter()
-        pool = ThreadPoolExecutor(1, thread_name_prefix="sampling")
+    def can_sample_more(self) -> bool:
+        return self.env_steps < self.config.total_env_steps
 
-        def sample_round():
-            with turns.sampling("sample"):
-                started = time.time()
-                episodes = workers.sample(c.rollout.steps_per_iteration)
-                return episodes, started, time.time(), workers.last_round
+    def begin_iteration(self) -> dict:
+        self._episodes, self._rounds = [], 0
+        return {} if self.supervised else self._apply_scale_request(self.workers, self.phases)
 
-        try:
-            current = sample_round()
-            self.env_steps += self.steps_per_iteration()
-            while True:
-                scaled = self._apply_scale_request(workers, turns)
-                t0 = time.perf_counter()
-                episodes, _, _, sampled = current
-                with turns.training("update"):
-                    update = workers.start_update(self.env_steps / c.total_env_steps, sampled)
-                    more = self.env_steps < c.total_env_steps
-                    following = pool.submit(sample_round) if more else None
-                    metrics = workers.finish_update(update)
-                    if following is not None:
-                        current = following.result()  # the round's own deadlines (hung workers) bound it
-                        self.env_steps += self.steps_per_iteration()
-                        metrics.update({"time/sample_started_at": current[1], "time/sample_ended_at": current[2]})
-                    if not metrics["train/needs_more"]:
-                        turns.publish_weights()
-                t1 = time.perf_counter()
-                self.iteration += 1
-                self._round_metrics(metrics, workers, episodes, scaled)
-                metrics.update(turns.pop_timings())
-                metrics.update({"time/iteration_s": t1 - t0, "train/iteration": self.iteration,
-                                "sample/env_steps_simulated": workers.env_steps_simulated,
-                                "time/steps_per_s": (self.env_steps - start_steps) / (t1 - start_time),
-                                "time/elapsed_s": t1 - start_time})
-                self._after_iteration(workers, turns, log, metrics, not more)
-                progress.update(self.env_steps, self.last_eval.get("eval/success_once"))
-                if not more or self.reached_success:
-                    break
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+    def start_sampling(self, iteration: int, sampling_round: int):
+        """Synchronous: nothing (the round runs in ``finish_sampling``); overlapped: the round in a driver thread,
+        so that it runs beside the update."""
+        if not self.overlap:
+            return None
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="sampling")
+        return self._pool.submit(self._sample_round)
+
+    def finish_sampling(self, pending) -> Round:
+        sampled = self._sample_round() if pending is None else pending.result()  # the round's deadlines bound it
+        self.env_steps += self.steps_per_iteration()
+        return sampled
+
+    def _sample_round(self) -> Round:
+        """One round on every env worker (``rollout.steps_per_iteration`` steps), in a sampling turn; ``data``: its
+        finished episodes and the round (``SampledRound``) the actor's update takes."""
+        with self.phases.sampling("sample"):
+            started = time.time()
+            episodes = self.workers.sample(self.config.rollout.steps_per_iteration)
+            return Round((episodes, self.workers.last_round), started, time.time())
+
+    def training_turn(self, holder: str):
+        return self.phases.training(holder)
+
+    def start_update(self, sampled: Round | None):
+        if sampled is None:  # SFT: the iteration's gradient steps on the demonstrations
+            a = self.config.algorithm
+            steps = min(a.steps_per_iteration, a.gradient_steps - self.iteration * a.steps_per_iteration)
+            return self.workers.actor.call("sft_update", steps)[0]
+        episodes, round_ = sampled.data
+        self._episodes += episodes
+        self._rounds += 1
+        return self.workers.start_update(self.env_steps / self.config.total_env_steps, round_)
+
+    def finish_update(self, handle) -> dict:
+        if self.supervised:
+            return get_within(handle, self.config.fault.update_timeout_s, "the actor's SFT update")
+        return self.workers.finish_update(handle)
+
+    def sync(self) -> None:
+        self.phases.publish_weights()
+
+    def iteration_metrics(self, metrics: dict) -> dict:
+        """The round's episodes, shares, faults and resize (``_round_metrics``), the turns' timings, and the env
+        step rates (``time/turn_switch_s``: the iteration's time outside sampling, update and sync)."""
+        timings = self.phases.pop_timings()
+        if self.supervised:
+            return timings
+        extra = {}
+        self._round_metrics(extra, self.workers, self._episodes, {})
+        extra.update(timings)
+        extra["time/sync_s"] = metrics["time/sync_s"] + timings.get("time/sync_install_s", 0.0)
+        if not self.overlap:
+            extra["time/turn_switch_s"] = max(metrics["time/iteration_s"] - metrics["time/sample_s"]
+                                              - metrics["time/update_wall_s"] - extra["time/sync_s"], 0.0)
+            extra["time/sample_steps_per_s"] = (self.steps_per_iteration() * self._rounds
+                                                / max(metrics["time/sample_s"], 1e-9))
+        extra["time/steps_per_s"] = (self.env_steps - self._start_steps) / metrics["time/elapsed_s"]
+        extra["sample/env_steps_simulated"] = self.workers.env_steps_simulated
+        return extra
+
+    def evaluate(self, final: bool) -> dict:
+        started = time.perf_counter()
+        with self.phases.sampling("evaluate"):
+            self.last_eval = evaluate_policy(self.workers, self.config.eval)
+            self.last_eval["time/eval_s"] = time.perf_counter() - started
+            video = record_eval_video(self.workers, self.config.eval, self.run_dir, self.iteration, final)
+        return {**self.last_eval, **video}
+
+    def score(self, evaluation: dict) -> float | None:
+        return evaluation.get("eval/success_once")
+
+    def record(self, metrics: dict, log: bool) -> None:
+        if log:
+            self.log.log(metrics, self.env_steps)
+        self.progress.update(self.iteration if self.supervised else self.env_steps,
+                             self.last_eval.get("eval/success_once"))
+
+    def save(self, final: bool, best: bool = False) -> None:
+        with self.phases.training("best_checkpoint" if best else "checkpoint"):
+            if best:
+                self.save_checkpoint(self.workers, self.run_dir / BEST_CHECKPOINT_DIR, keep_last=1)
+            else:
+                self.save_checkpoint(self.workers)
 
     def _autoscaler(self, workers) -> Autoscaler:
         a, slots = self.config.autoscale, workers.placement.slots
@@ -299,47 +331,6 @@ class EmbodiedRunner:
               f"{len(workers.rollout)} in {metrics['scale/resize_s']:.1f} s", file=sys.stderr, flush=True)
         return metrics
 
-    def _sft_loop(self, workers, turns: PhaseTurns, log: MetricsLog, progress: TrainingProgress) -> None:
-        a = self.config.algorithm
-        start_time = time.perf_counter()
-        while self.iteration < self.total_iterations() and not self.reached_success:
-            steps = min(a.steps_per_iteration, a.gradient_steps - self.iteration * a.steps_per_iteration)
-            with turns.training("update"):
-                metrics = ray.get(workers.actor.call("sft_update", steps)[0])
-                turns.publish_weights()
-            self.iteration += 1
-            metrics.update(turns.pop_timings())
-            metrics.update({"train/iteration": self.iteration, "time/elapsed_s": time.perf_counter() - start_time})
-            self._after_iteration(workers, turns, log, metrics, self.iteration >= self.total_iterations())
-            progress.update(self.iteration, self.last_eval.get("eval/success_once"))
-
-    def _after_iteration(self, workers, turns: PhaseTurns, log: MetricsLog, metrics: dict, finished: bool) -> None:
-        """Evaluate, log and checkpoint on their schedules (and always at the end); keep the best checkpoint."""
-        c = self.config
-        evaluated = False
-        if finished or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
-            t4 = time.perf_counter()
-            with turns.sampling("evaluate"):
-                self.last_eval = evaluate_policy(workers, c.eval)
-                self.last_eval["time/eval_s"] = time.perf_counter() - t4
-                metrics.update(record_eval_video(workers, c.eval, self.run_dir, self.iteration, finished))
-            metrics.update(self.last_eval)
-            evaluated = True
-            target = c.eval.stop_at_success
-            if target is not None and self.last_eval.get("eval/success_once", -1.0) >= target and not finished:
-                print(f"eval success_once {self.last_eval['eval/success_once']:.3f} reached eval.stop_at_success="
-                      f"{target}: stopping", file=sys.stderr, flush=True)
-                self.reached_success = finished = True
-        if finished or self.iteration % c.log_every_iterations == 0:
-            log.log(metrics, self.env_steps)
-        if evaluated and self.last_eval.get("eval/success_once", -1.0) > self.best_success:
-            self.best_success = self.last_eval["eval/success_once"]
-            with turns.training("best_checkpoint"):
-                self.save(workers, self.run_dir / BEST_CHECKPOINT_DIR, keep_last=1)
-        if finished or (c.checkpoint.every_iterations and self.iteration % c.checkpoint.every_iterations == 0):
-            with turns.training("checkpoint"):
-                self.save(workers)
-
     def _checkpoint_on_interrupt(self, workers, turns: PhaseTurns, failure: BaseException | None = None) -> None:
         """Keep what was trained before an interrupt (or, ``failure``, an exception in the driver's loop with the
         actor alive): a stop checkpoint ``checkpoints/interrupted_iter_N`` of the actor's weights as they are now
@@ -359,7 +350,7 @@ class EmbodiedRunner:
             reason = prefix = f"failure: {type(failure).__name__}: {_first_line(failure)}"
         try:
             # Outside the turns: the actor's state is readable wherever it lives, and a turn would wait on it twice.
-            path = self.save(workers, interrupted=True, timeout=INTERRUPT_CHECKPOINT_TIMEOUT_S, reason=reason)
+            path = self.save_checkpoint(workers, interrupted=True, timeout=INTERRUPT_CHECKPOINT_TIMEOUT_S, reason=reason)
         except ray.exceptions.GetTimeoutError:
             print(f"{prefix}; no checkpoint written: the actor was still busy after "
                   f"{INTERRUPT_CHECKPOINT_TIMEOUT_S:.0f} s", file=sys.stderr, flush=True)
@@ -385,14 +376,14 @@ class EmbodiedRunner:
                   file=sys.stderr, flush=True)
             return None
 
-    def save(self, workers, directory: Path | None = None, keep_last: int | None = None,
+    def save_checkpoint(self, workers, directory: Path | None = None, keep_last: int | None = None,
              interrupted: bool = False, timeout: float | None = None, reason: str = "interrupt") -> Path:
         """Checkpoint into ``directory`` (default ``run_dir/checkpoints``); ``timeout``: seconds to wait for the
         actor's state (``ray.exceptions.GetTimeoutError`` after). ``interrupted``: a stop checkpoint
         (``interrupted_iter_N``, counters marked with ``reason``, no env states), never a clean one's replacement."""
         state = ray.get(workers.actor.call("training_state")[0], timeout=timeout)
         counters = {"iteration": self.iteration, "env_steps": self.env_steps, "policy_spec": workers.policy_spec,
-                    "task": self.config.task, "best_success_once": self.best_success,
+                    "task": self.config.task, "best_success_once": self.best_score,
                     "eval": {k: v for k, v in self.last_eval.items() if k.startswith("eval/")}}
         env_state = None
         if interrupted:

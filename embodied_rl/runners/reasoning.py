@@ -15,6 +15,7 @@ weights, and ``algorithm.tis_cap`` weights each token by min(p_actor / p_sampler
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ import torch
 import sim_envs
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
 from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml, text_placement
+from embodied_rl.runners.loop import Round, Schedule, TrainingLoop
 from embodied_rl.runners.text_workers import GenerationRound, TextWorkers
 from embodied_rl.runners.weight_sync import get_failing_fast
 from embodied_rl.runtime import Cluster, WorkerGroup
@@ -91,8 +93,10 @@ class ReasoningRunner:
                     self._log(log, self._evaluate("eval/start"))
                     if c.sft.steps:
                         self._sft(log)
-                self._train(log)
-                self._save(final=True)
+                self.log, done = log, self.iteration
+                TrainingLoop(self, Schedule(c.eval.every_iterations, c.checkpoint.every_iterations)).run()
+                if self.iteration == done:  # no RL iteration left (rl.iterations=0): the model as SFT left it
+                    self._save(final=True)
             finally:
                 log.close()
                 for group in (env, generation, actor):
@@ -145,107 +149,124 @@ class ReasoningRunner:
         return get_failing_fast(self._actor("sft_update", examples, c.steps, c.batch_size, c.lr),
                                 self.config.fault.update_timeout_s, "the SFT warm start (fault.update_timeout_s)")[0]
 
-    def _start_batch(self, sampling_round: int = 0) -> GenerationRound:
-        """Generation of the env's current prompts, started."""
+    # The training loop's side (runners/loop.py): how a text run samples, updates, syncs and reports.
+
+    samples = True
+    best_score = None  # held-out accuracy is logged, not ranked: the final model is the run's
+
+    @property
+    def overlap(self) -> bool:
+        return self.config.rl.max_staleness > 0
+
+    def ends(self, iteration: int) -> bool:
+        return iteration >= self.config.rl.iterations
+
+    def can_sample_more(self) -> bool:
+        return True  # resample-to-fill is bounded by algorithm.max_sampling_rounds (start_update)
+
+    def begin_iteration(self) -> dict:
+        self._kept_answers, self._kept_scores, self._rounds, self._batch_groups = [], [], 0, 0
+        self._scored: dict[str, list] = {"rewards": [], "outcome": [], "format": []}
+        self._generated = {"tokens": 0, "generate_s": 0.0}
+        return self.workers.apply_scale_request(self.run_dir)  # nothing is generating here, in either mode
+
+    def start_sampling(self, iteration: int, sampling_round: int) -> GenerationRound:
+        """Generation of the env's current prompts, started (seeded by the iteration and the round)."""
         c = self.config
         questions = self.workers.call_env("prompts")
-        seed = c.seed * 100_003 + self.iteration + 7_919 * sampling_round
+        seed = c.seed * 100_003 + iteration + 7_919 * sampling_round
         return self.workers.start_generation(questions, c.generation.temperature, seed=seed)
 
-    def _train(self, log: MetricsLog) -> None:
-        """``rl.iterations`` updates. Synchronous: sample, score, update, publish. Async (``rl.max_staleness=1``):
-        the next batch's generation is started before the update on this one and runs beside it; the new weights
-        reach each generation worker after its current batch (Ray runs an actor's calls in order)."""
-        c = self.config
-        overlap = c.rl.max_staleness > 0
-        start = time.perf_counter()
-        pending = self._start_batch() if self.iteration < c.rl.iterations else None
-        for k in range(self.iteration, c.rl.iterations):
-            step_start = time.perf_counter()
-            answers, scores, metrics = self._collect(pending)
-            metrics["time/generate_wait_s"] = metrics.pop("wait_s")
-            metrics.update(self.workers.apply_scale_request(self.run_dir))  # nothing is generating here, in either mode
-            batch = self._trainer_batch(answers, scores)
-            r = c.rl
-            trained_version = self.workers.published_version  # the actor's weights as this update starts
-            update_start = time.time()
-            update = self._actor("rl_update", batch, r.lr, c.generation.temperature, r.update_rounds,
-                                 r.num_minibatches, r.max_grad_norm)
-            last = k + 1 == c.rl.iterations
-            self.iteration += 1
-            if overlap and not last:
-                pending = self._start_batch()
-            metrics.update(get_failing_fast(update, c.fault.update_timeout_s, "the trainer's update "
-                                            "(fault.update_timeout_s)")[0])
-            update_end = time.time()
-            metrics["time/weight_sync_s"] = self.workers.publish()
-            if overlap and not last:  # how long the next batch's generation ran beside this update
-                metrics["time/overlap_s"] = self.workers.overlap_s(pending, update_start, update_end)
-            if not overlap and not last:
-                pending = self._start_batch()
-                metrics["time/overlap_s"] = 0.0
-            metrics.update(self.workers.faults)
-            if self.workers.offload_turns:
-                metrics["time/turn_switch_s"] = self.workers.pop_turn_seconds()
-            metrics.update({"train/iteration": self.iteration,
-                            "train/policy_staleness": trained_version - min(a["policy_version"] for a in answers),
-                            "time/iteration_s": time.perf_counter() - step_start,
-                            "time/elapsed_s": time.perf_counter() - start})
-            if last or (c.eval.every_iterations and self.iteration % c.eval.every_iterations == 0):
-                metrics.update(self._evaluate("eval"))
-            self._log(log, metrics)
-            every = c.checkpoint.every_iterations
-            if every and self.iteration % every == 0 and not last:
-                self._save(final=False)
+    def finish_sampling(self, pending: GenerationRound) -> Round:
+        answers = self.workers.finish_generation(pending)
+        return Round(answers, min(a["generate_started"] for a in answers), max(a["generate_ended"] for a in answers),
+                     {"generate_s": max(a["generate_s"] for a in answers),
+                      "tokens": sum(len(a["token_ids"]) for a in answers)})
 
-    def _trainer_batch(self, answers: list[dict], scores: list[float]) -> dict:
-        """The actor's ``rl_update`` batch from ``_collect``'s answers and scores."""
-        return {"prompt_ids": [a["prompt_ids"] for a in answers], "token_ids": [a["token_ids"] for a in answers],
-                "logprobs": [a["logprobs"] for a in answers], "scores": scores}
+    def training_turn(self, holder: str):
+        return contextlib.nullcontext()  # training calls take the trainer's turn themselves (_actor)
 
-    def _collect(self, pending: GenerationRound) -> tuple[list[dict], list[float], dict]:
-        """The answers to one batch of prompts (``pending``'s) with their scores, and the sampling metrics.
-
-        With dynamic sampling and ``algorithm.max_sampling_rounds`` > 1 (DAPO's resample-to-fill), groups whose G
-        responses all scored the same are dropped and further prompts are sampled, up to that many rounds, until
-        ``rl.prompts_per_iteration`` informative groups are in hand; the batch is then those groups (fewer if the
-        rounds ran out)."""
+    def start_update(self, sampled: Round):
+        """Score the round and start the trainer's ``rl_update`` on it; None (no update yet) where dynamic
+        sampling with ``algorithm.max_sampling_rounds`` > 1 (DAPO's resample-to-fill) wants more: groups whose G
+        responses all scored the same are dropped and further prompts sampled, up to that many rounds, until
+        ``rl.prompts_per_iteration`` informative groups are in hand (fewer if the rounds ran out)."""
         c = self.config
         G, wanted = c.algorithm.group_size, c.rl.prompts_per_iteration
         fill = c.algorithm.max_sampling_rounds > 1
-        kept_answers, kept_scores, every_score = [], [], {"rewards": [], "outcome": [], "format": []}
-        generate_s = wait_s = 0.0
-        tokens = rounds = 0
-        while True:
-            waiting = time.perf_counter()
-            answers = self.workers.finish_generation(pending)
-            wait_s += time.perf_counter() - waiting
-            rounds += 1
-            scored = self.workers.call_env("score", [a["text"] for a in answers])  # also draws the next prompts
-            self.responses += len(answers)
-            tokens += sum(len(a["token_ids"]) for a in answers)
-            generate_s += max(a["generate_s"] for a in answers)
-            for key in every_score:
-                every_score[key].extend(scored[key])
-            rewards = np.asarray(scored["rewards"], dtype=float).reshape(-1, G)
-            informative = dynamic_sampling_mask(torch.as_tensor(rewards.reshape(-1)), G)[::G].tolist()
-            for g in range(len(rewards)):
-                if not fill or informative[g]:
-                    kept_answers.extend(answers[g * G:(g + 1) * G])
-                    kept_scores.extend(rewards[g].tolist())
-            if not fill or len(kept_scores) >= wanted * G or rounds >= c.algorithm.max_sampling_rounds:
-                break
-            pending = self._start_batch(rounds)
-        groups = min(len(kept_scores) // G, wanted)  # informative ones, when filling
-        if fill and not kept_scores:  # nothing informative in any round: the last round, which the mask drops
-            kept_answers, kept_scores = answers, rewards.reshape(-1).tolist()
-        metrics = {"train/reward": float(np.mean(every_score["rewards"])),
-                   "reward/outcome": float(np.mean(every_score["outcome"])),
-                   "reward/format": float(np.mean(every_score["format"])),
-                   "train/sampling_rounds": rounds, "train/batch_groups": groups,
-                   "time/generate_s": generate_s, "time/generated_tokens_per_s": tokens / generate_s,
-                   "wait_s": wait_s}
-        return kept_answers[:wanted * G], kept_scores[:wanted * G], metrics
+        answers, scores = sampled.data, self._score(sampled)
+        self._rounds += 1
+        self._generated["tokens"] += sampled.metrics["tokens"]
+        self._generated["generate_s"] += sampled.metrics["generate_s"]
+        rewards = np.asarray(scores, dtype=float).reshape(-1, G)
+        informative = dynamic_sampling_mask(torch.as_tensor(rewards.reshape(-1)), G)[::G].tolist()
+        for g in range(len(rewards)):
+            if not fill or informative[g]:
+                self._kept_answers.extend(answers[g * G:(g + 1) * G])
+                self._kept_scores.extend(rewards[g].tolist())
+        if fill and len(self._kept_scores) < wanted * G and self._rounds < c.algorithm.max_sampling_rounds:
+            return None
+        self._batch_groups = min(len(self._kept_scores) // G, wanted)  # informative ones, when filling
+        if fill and not self._kept_scores:  # nothing informative in any round: the last round, which the mask drops
+            self._kept_answers, self._kept_scores = answers, rewards.reshape(-1).tolist()
+        self._trained = self._kept_answers[:wanted * G]
+        self._trained_version = self.workers.published_version  # the actor's weights as this update starts
+        r = c.rl
+        return self._actor("rl_update", self._trainer_batch(self._trained, self._kept_scores[:wanted * G]), r.lr,
+                           c.generation.temperature, r.update_rounds, r.num_minibatches, r.max_grad_norm)
+
+    def finish_update(self, update) -> dict:
+        if update is None:
+            return {"train/needs_more": True}
+        return get_failing_fast(update, self.config.fault.update_timeout_s,
+                                "the trainer's update (fault.update_timeout_s)")[0]
+
+    def sync(self) -> None:
+        self._sync_s = self.workers.publish()
+
+    def _score(self, sampled: Round) -> list[float]:
+        """The round's rewards from the env's verifier (which also draws the next prompts); its responses counted
+        and its reward parts kept for ``_sampling_metrics``."""
+        answers = sampled.data
+        scored = self.workers.call_env("score", [a["text"] for a in answers])
+        self.responses += len(answers)
+        for key in self._scored:
+            self._scored[key].extend(scored[key])
+        return scored["rewards"]
+
+    def _sampling_metrics(self) -> dict:
+        """The iteration's rewards (over every round sampled) and generation rate."""
+        generated = self._generated
+        return {"train/reward": float(np.mean(self._scored["rewards"])),
+                "reward/outcome": float(np.mean(self._scored["outcome"])),
+                "reward/format": float(np.mean(self._scored["format"])),
+                "time/generate_s": generated["generate_s"],
+                "time/generated_tokens_per_s": generated["tokens"] / max(generated["generate_s"], 1e-9)}
+
+    def iteration_metrics(self, metrics: dict) -> dict:
+        extra = {**self._sampling_metrics(), **self.workers.faults, "time/weight_sync_s": self._sync_s,
+                 "train/batch_groups": self._batch_groups,
+                 "train/policy_staleness": self._trained_version - min(a["policy_version"] for a in self._trained)}
+        if self.workers.offload_turns:
+            extra["time/turn_switch_s"] = self.workers.pop_turn_seconds()
+        return extra
+
+    def evaluate(self, final: bool) -> dict:
+        return self._evaluate("eval")
+
+    def score(self, evaluation: dict) -> float | None:
+        return None
+
+    def record(self, metrics: dict, log: bool) -> None:
+        self._log(self.log, metrics)
+
+    def save(self, final: bool, best: bool = False) -> None:
+        self._save(final)
+
+    def _trainer_batch(self, answers: list[dict], scores: list[float]) -> dict:
+        """The actor's ``rl_update`` batch from the answers trained on and their scores."""
+        return {"prompt_ids": [a["prompt_ids"] for a in answers], "token_ids": [a["token_ids"] for a in answers],
+                "logprobs": [a["logprobs"] for a in answers], "scores": scores}
 
     def _log(self, log: MetricsLog, metrics: dict) -> None:
         metrics.setdefault("train/iteration", self.iteration)

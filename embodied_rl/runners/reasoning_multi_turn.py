@@ -26,6 +26,7 @@ from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.reasoning import ReasoningConfig
 from embodied_rl.models.causal_lm.loading import load_tokenizer
 from embodied_rl.runners.multi_turn_rollout import encode_demonstration, rollout, trainer_batch
+from embodied_rl.runners.loop import Round
 from embodied_rl.runners.reasoning import EVAL_SEED, ReasoningRunner
 from embodied_rl.runners.weight_sync import get_failing_fast
 from embodied_rl.runtime import WorkerGroup
@@ -88,25 +89,30 @@ class MultiTurnReasoningRunner(ReasoningRunner):
             conversation["policy_version"] = stats["version"]
         return conversations, stats
 
-    def _start_batch(self, sampling_round: int = 0) -> int:
-        """The next round's sampling seed (turn t samples with ``seed + t * SEED_STRIDE``): the round itself runs in
-        ``_collect``, turn by turn, synchronously."""
-        return self.config.seed * 1_000_003 + self.iteration
+    def start_sampling(self, iteration: int, sampling_round: int) -> int:
+        """The round's sampling seed (turn t samples with ``seed + t * SEED_STRIDE``): the round itself runs in
+        ``finish_sampling``, turn by turn, synchronously."""
+        return self.config.seed * 1_000_003 + iteration
 
-    def _collect(self, pending: int) -> tuple[list[dict], list[float], dict]:
-        c = self.config
-        started = time.perf_counter()
-        conversations, stats = self._rollout(self.train_env, c.generation.temperature, pending)
-        self.responses += len(conversations)
-        env_tokens = sum(len(r["loss_mask"]) - sum(r["loss_mask"]) for r in conversations)
-        metrics = {**_conversation_metrics(conversations, TRAIN_KEYS),
-                   "train/env_tokens": env_tokens,
-                   "train/model_tokens": sum(sum(r["loss_mask"]) for r in conversations),
-                   "train/sampling_rounds": 1, "train/batch_groups": c.rl.prompts_per_iteration,
-                   "time/generate_s": stats["generate_s"],
-                   "time/generated_tokens_per_s": stats["tokens"] / max(stats["generate_s"], 1e-9),
-                   "wait_s": time.perf_counter() - started}
-        return conversations, [r["reward"] for r in conversations], metrics
+    def finish_sampling(self, pending: int) -> Round:
+        started = time.time()
+        conversations, stats = self._rollout(self.train_env, self.config.generation.temperature, pending)
+        return Round(conversations, started, time.time(),
+                     {"generate_s": stats["generate_s"], "tokens": stats["tokens"]})
+
+    def _score(self, sampled: Round) -> list[float]:
+        """The conversations' composite rewards (the env scored each when it ended)."""
+        self._conversations = sampled.data
+        self.responses += len(sampled.data)
+        return [r["reward"] for r in sampled.data]
+
+    def _sampling_metrics(self) -> dict:
+        conversations, generated = self._conversations, self._generated
+        return {**_conversation_metrics(conversations, TRAIN_KEYS),
+                "train/env_tokens": sum(len(r["loss_mask"]) - sum(r["loss_mask"]) for r in conversations),
+                "train/model_tokens": sum(sum(r["loss_mask"]) for r in conversations),
+                "time/generate_s": generated["generate_s"],
+                "time/generated_tokens_per_s": generated["tokens"] / max(generated["generate_s"], 1e-9)}
 
     def _trainer_batch(self, answers: list[dict], scores: list[float]) -> dict:
         return trainer_batch(answers)  # ids, log-probs, loss_mask; scores: the conversations' rewards

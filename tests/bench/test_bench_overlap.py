@@ -21,12 +21,12 @@ def test_training_figures_take_the_evaluations_time_out(tmp_path):
 
 
 def test_time_breakdown_splits_each_iteration_into_sampling_update_sync_and_the_rest():
-    first = {"time/sample_s": 9.0, "time/update_wall_s": 9.0, "time/turn_switch_s": 9.0}  # start-up: left out
-    rows = [first] + [{"time/sample_s": 1.0, "time/update_wall_s": 0.5, "time/turn_switch_s": 0.3,
+    first = {"time/iteration_s": 27.0, "time/sample_s": 9.0, "time/update_wall_s": 9.0}  # start-up: left out
+    rows = [first] + [{"time/iteration_s": 1.8, "time/sample_s": 1.0, "time/update_wall_s": 0.5,
                        "time/sync_s": 0.1 * i, "time/env_waiting_share": 0.2 * i} for i in (1, 2)]
     assert time_breakdown(rows) == {"iteration_s": 1.8, "sample_s": 1.0, "update_s": 0.5, "weight_sync_s": 0.15,
                                     "other_s": 0.15, "env_waiting_share_of_sampling": 0.3}
-    assert time_breakdown([{"time/iteration_s": 1.0}]) == {}  # the overlapped loop logs no split
+    assert time_breakdown([{"time/iteration_s": 1.0}]) == {}  # rows without a sampling split (SFT)
 
 
 @pytest.mark.slow
