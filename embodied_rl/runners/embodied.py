@@ -229,13 +229,13 @@ class EmbodiedRunner:
         self.phases.publish_weights()
 
     def iteration_metrics(self, metrics: dict) -> dict:
-        """The round's episodes, shares, faults and resize (``_round_metrics``), the turns' timings, and the env
+        """The round's episodes, shares and faults (``_round_metrics``), the turns' timings, and the env
         step rates (``time/turn_switch_s``: the iteration's time outside sampling, update and sync)."""
         timings = self.phases.pop_timings()
         if self.supervised:
             return timings
         extra = {}
-        self._round_metrics(extra, self.workers, self._episodes, {})
+        self._round_metrics(extra, self.workers, self._episodes)
         extra.update(timings)
         extra["time/sync_s"] = metrics["time/sync_s"] + timings.get("time/sync_install_s", 0.0)
         if not self.overlap:
@@ -279,16 +279,15 @@ class EmbodiedRunner:
                         env_step(int(workers.env.worker_kwargs["envs_per_worker"]), group_size))
         return Autoscaler(limits, a.threshold, a.every_iterations)
 
-    def _round_metrics(self, metrics: dict, workers, episodes: list[dict], scaled: dict) -> None:
+    def _round_metrics(self, metrics: dict, workers, episodes: list[dict]) -> None:
         """Add what every iteration logs of its sampling: the round's ``time/env_waiting_share`` and
-        ``time/rollout_idle_share`` (also fed to the autoscaler), its episodes, the fault counters, a resize."""
+        ``time/rollout_idle_share`` (also fed to the autoscaler), its episodes, the fault counters."""
         shares = wait_shares(workers.last_env_seconds, workers.last_serving or [])
         if self.autoscaler is not None:
             self.autoscaler.observe(shares)
         metrics.update(shares)
         metrics.update(episode_metrics(episodes, "train"))
         metrics.update(workers.faults)
-        metrics.update(scaled)
 
     def _apply_scale_request(self, workers, turns: PhaseTurns) -> dict:
         """Carry out a pending ``embodied-rl scale`` request, or else the autoscaler's proposal, between iterations

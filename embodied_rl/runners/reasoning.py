@@ -138,7 +138,9 @@ class ReasoningRunner:
 
     def _sft(self, log: MetricsLog) -> None:
         metrics = self._sft_update()
-        metrics["time/weight_sync_s"] = self.workers.publish()
+        started = time.perf_counter()
+        self.workers.publish()
+        metrics["time/sync_s"] = time.perf_counter() - started  # the loop's name for a sync's seconds
         metrics.update(self._evaluate("eval/sft"))
         self._log(log, metrics)
 
@@ -222,7 +224,7 @@ class ReasoningRunner:
                                 "the trainer's update (fault.update_timeout_s)")[0]
 
     def sync(self) -> None:
-        self._sync_s = self.workers.publish()
+        self.workers.publish()
 
     def _score(self, sampled: Round) -> list[float]:
         """The round's rewards from the env's verifier (which also draws the next prompts); its responses counted
@@ -244,8 +246,7 @@ class ReasoningRunner:
                 "time/generated_tokens_per_s": generated["tokens"] / max(generated["generate_s"], 1e-9)}
 
     def iteration_metrics(self, metrics: dict) -> dict:
-        extra = {**self._sampling_metrics(), **self.workers.faults, "time/weight_sync_s": self._sync_s,
-                 "train/batch_groups": self._batch_groups,
+        extra = {**self._sampling_metrics(), **self.workers.faults, "train/batch_groups": self._batch_groups,
                  "train/policy_staleness": self._trained_version - min(a["policy_version"] for a in self._trained)}
         if self.workers.offload_turns:
             extra["time/turn_switch_s"] = self.workers.pop_turn_seconds()

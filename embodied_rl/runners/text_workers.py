@@ -88,9 +88,8 @@ class TextWorkers:
         print(f"weight sync: {mode}, trainer rank 0 -> {len(self.generation.workers)} generation workers",
               file=sys.stderr, flush=True)
 
-    def publish(self) -> float:
-        """The trainer's weights and version to every generation worker (``WeightSync``, the embodied runs' own);
-        returns the seconds it took once they were free (``time/weight_sync_s``).
+    def publish(self) -> None:
+        """The trainer's weights and version to every generation worker (``WeightSync``, the embodied runs' own).
 
         In async mode a worker may still be generating: Ray runs its calls one at a time, so a receive would wait
         behind the generate while trainer rank 0 sat in the broadcast, bounded by the collective's timeout. The
@@ -99,7 +98,6 @@ class TextWorkers:
         if not broadcast:
             self.call_generation("ping")
         self.published_version = self.weights.sync(broadcast)
-        return self.weights.last_sync_s
 
     def replace_generation(self, rank: int, error) -> None:
         """Replace generation worker ``rank`` (dead, or killed after missing its deadline) and give it the
@@ -194,17 +192,6 @@ class TextWorkers:
         it is not replaced: a dead or hung env worker ends the run, which ``--resume`` continues)."""
         return get_within(getattr(self.env, method).remote(*args), self.config.fault.hang_timeout_s,
                           f"the text env worker's {method}")
-
-    def overlap_s(self, pending: GenerationRound, update_start: float, update_end: float) -> float:
-        """Seconds the next batch's generation (its first worker's) ran beside an update; 0 if that worker died
-        (``_collect`` replaces it)."""
-        first = next(future for future in pending.futures if future is not None)
-        try:
-            generation = get_within(first, self.config.fault.hang_timeout_s, "the next batch's generation")[0]
-        except (ray.exceptions.RayActorError, DeadlineExceeded):
-            return 0.0
-        return max(0.0, min(update_end, generation["generate_ended"]) - max(update_start,
-                                                                            generation["generate_started"]))
 
     def apply_scale_request(self, run_dir: Path) -> dict:
         """A pending ``embodied-rl scale RUN_DIR rollout=N`` (the generation workers are this run's rollout

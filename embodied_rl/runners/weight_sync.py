@@ -70,7 +70,6 @@ class WeightSync:
         self.formed = False  # a broadcast group exists
         self.group_generation = 0  # the broadcast group is formed anew after a sampler is replaced or added
         self.installed = None  # reference to the (weights, version) last installed through the object store
-        self.last_sync_s = 0.0  # seconds of the last sync once the samplers were free (``time/weight_sync_s``)
 
     @property
     def collective(self) -> str:
@@ -108,7 +107,6 @@ class WeightSync:
         """Trainer -> every sampler through the collective group; returns the version they installed. After the
         first sync only trained weights travel (frozen ones, e.g. a LoRA base, are already in place)."""
         self._replace_dead_samplers()
-        started = time.perf_counter()
         only_trained = self.synced
         sent = self.trainer.call("broadcast_weights", self.collective, only_trained)
         received = self.samplers.call("receive_weights", self.collective, only_trained)
@@ -121,7 +119,6 @@ class WeightSync:
         if len(set(versions)) != 1:
             raise RuntimeError(f"weight broadcast left mixed policy versions {versions}")
         self.synced = True
-        self.last_sync_s = time.perf_counter() - started
         return versions[0]
 
     def _replace_dead_samplers(self) -> None:
@@ -167,13 +164,11 @@ class WeightSync:
 
     def install(self, weights_ref) -> int:
         """Load published weights into every sampler; returns their policy version."""
-        started = time.perf_counter()
         versions = self.call_samplers("load_weights", weights_ref)
         if len(set(versions)) != 1:
             raise RuntimeError(f"weight sync left the samplers at mixed policy versions {versions}")
         self.installed = weights_ref
         self.synced = True
-        self.last_sync_s = time.perf_counter() - started
         return versions[0]
 
     def sync(self, broadcast: bool) -> int:

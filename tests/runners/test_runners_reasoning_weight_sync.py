@@ -35,7 +35,8 @@ def test_broadcast_gives_generation_workers_the_trainers_weights_as_the_object_s
             ray.get(self.actor.call("sft_update", [("1+1", "2")], 1, 1, 0.1))  # one more step: new weights
             moved, version = ray.get(self.actor.workers[0].get_weights.remote())
             assert any(not np.array_equal(moved[k], v) for k, v in trainer.items())
-            assert self.workers.publish() >= 0 and self.workers.published_version == version == 3  # SFT, RL, this step
+            self.workers.publish()
+            assert self.workers.published_version == version == 3  # SFT, RL, this step
             for worker in self.workers.generation.workers:
                 weights, held = ray.get(worker.get_weights.remote())
                 assert held == version
@@ -57,7 +58,7 @@ def test_broadcast_gives_generation_workers_the_trainers_weights_as_the_object_s
     runner = Checked(config, tmp_path / "run")
     runner.run()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["time/weight_sync_s"] >= 0 for r in rows if "sft/loss" in r or "time/iteration_s" in r] == [True] * 2
+    assert [r["time/sync_s"] > 0 for r in rows if "sft/loss" in r or "time/iteration_s" in r] == [True] * 2
 
 
 @pytest.mark.parametrize("overrides, allowed", [(["generation.weight_sync=nccl"], "auto, broadcast, object_store"),
