@@ -6,7 +6,7 @@ set -u
 RUN=${RUN:-runs/text-fault-demo}
 rm -rf "$RUN"; mkdir -p "$(dirname "$RUN")"
 embodied-rl train --task math_arith --run-dir $RUN sft.steps=300 rl.iterations=30 rl.prompts_per_iteration=16 \
-  generation.num_workers=2 eval.every_iterations=0 eval.num_problems=100 checkpoint.every_iterations=0 \
+  rollout.num_workers=2 eval.every_iterations=0 eval.num_problems=100 checkpoint.every_iterations=0 \
   > $RUN.log 2>&1 &
 TRAIN=$!
 rows() { local n; n=$(grep -c "\"time/iteration_s\"" $RUN/metrics.jsonl 2>/dev/null); echo ${n:-0}; }

@@ -2,7 +2,7 @@
 
 * ``embodied-rl bench generation``: tokens/s of every available generation engine on the same model and prompts
   (Hugging Face generate at full precision and with the int8 rollout copy; vLLM where it imports), alternating.
-* ``embodied-rl bench text-async``: synchronous vs async rollout (``rl.max_staleness=1``) on the same workers and
+* ``embodied-rl bench text-async``: synchronous vs async rollout (``rollout.max_staleness=1``) on the same workers and
   threads: seconds per RL iteration, as a ratio.
 * ``embodied-rl bench text-tis``: held-out accuracy curves of RL under int8 rollout without and with truncated
   importance sampling (and at full precision for reference), all from one SFT warm start.
@@ -127,12 +127,12 @@ def run_text_async_bench(iterations: int, sft_steps: int, as_json: bool, overrid
     c = load_reasoning_config(TEXT_TASK, None, common)  # what both runs use, named as it is
     result: dict = {"task": TEXT_TASK, "iterations": iterations, "batch": _batch_label(c),
                     "skipped_warmup_iterations": skip,
-                    "workers": f"{c.generation.num_workers} generation worker(s) + {c.trainer.world_size} trainer "
+                    "workers": f"{c.rollout.num_workers} generation worker(s) + {c.actor.world_size} trainer "
                                f"rank(s), {c.torch_threads} torch thread(s) each"}
     with tempfile.TemporaryDirectory(prefix="bench-text-async-") as root, Cluster(None, None):  # one Ray for all
         start = _warm_start(Path(root), sft_steps, common)
         for mode, staleness in (("synchronous", 0), ("async", 1)):
-            rows = _train(Path(root) / mode, [*start, f"rl.iterations={iterations}", f"rl.max_staleness={staleness}",
+            rows = _train(Path(root) / mode, [*start, f"rl.iterations={iterations}", f"rollout.max_staleness={staleness}",
                                               *common])
             trained = [r for r in rows if "time/iteration_s" in r]
             result[mode] = {"seconds_per_iteration": round(seconds_per_iteration(rows, skip), 4),
@@ -146,9 +146,9 @@ def run_text_async_bench(iterations: int, sft_steps: int, as_json: bool, overrid
     return 0
 
 
-TIS_MODES = {"fp32": ["generation.quantization=none"],
-             "int8_no_tis": ["generation.quantization=int8", "algorithm.tis_cap=null"],
-             "int8_tis": ["generation.quantization=int8", "algorithm.tis_cap=2.0"]}
+TIS_MODES = {"fp32": ["rollout.quantization=none"],
+             "int8_no_tis": ["rollout.quantization=int8", "algorithm.tis_cap=null"],
+             "int8_tis": ["rollout.quantization=int8", "algorithm.tis_cap=2.0"]}
 
 
 def accuracy_curve(rows: list[dict]) -> list[list[float]]:

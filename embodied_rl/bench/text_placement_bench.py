@@ -5,7 +5,7 @@ generation (rollout) workers and trainer (actor), measured alternately in one ru
   (``placement.offload=auto``; on a CPU-only machine the moves are free and free nothing: the turns' bookkeeping
   is what is measured), weights through the object store;
 * ``split``: env and generation on slot 0, the trainer on slot 1, synchronous, weights broadcast;
-* ``split_async``: the same with ``rl.max_staleness=1`` (the next batch generated beside the update);
+* ``split_async``: the same with ``rollout.max_staleness=1`` (the next batch generated beside the update);
 * ``hybrid``: env and generation on slots 0-1, the trainer on slot 1 (they share slot 1), synchronous.
 
 Each measurement is a short run from one SFT warm start; the median over ``--repeats`` of each run's mean
@@ -28,7 +28,7 @@ from embodied_rl.runtime import Cluster
 TEXT_PLACEMENTS = {
     "collocated": ({"env,rollout,actor": "0-1"}, ["placement.offload=auto"]),
     "split": ({"env,rollout": "0", "actor": "1"}, []),
-    "split_async": ({"env,rollout": "0", "actor": "1"}, ["rl.max_staleness=1"]),
+    "split_async": ({"env,rollout": "0", "actor": "1"}, ["rollout.max_staleness=1"]),
     "hybrid": ({"env,rollout": "0-1", "actor": "1"}, []),
 }
 
@@ -56,7 +56,7 @@ def run_text_placement_bench(task: str, iterations: int, repeats: int, sft_steps
         c = load_reasoning_config(task, None, settings)
         placement, _ = text_placement(c)
         result["modes"][mode] = {"placement": placement.describe(), "weight_sync": weight_sync(c),
-                                 "rl.max_staleness": c.rl.max_staleness}
+                                 "rollout.max_staleness": c.rollout.max_staleness}
     seconds: dict = {mode: [] for mode in configs}
     with tempfile.TemporaryDirectory(prefix="bench-text-placement-") as root, Cluster(None, None):
         start = _warm_start(Path(root), sft_steps, common)

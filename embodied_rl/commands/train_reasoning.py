@@ -56,8 +56,8 @@ def _resume_checkpoint(directory: Path, config):
     """The newest readable checkpoint of ``directory`` for ``--resume``, or one line saying why there is none."""
     from embodied_rl.utils.checkpoint import list_checkpoints, load_checkpoint
 
-    if config.trainer.backend == "megatron":
-        raise ConfigError("--resume: trainer.backend='megatron' runs cannot be resumed yet; allowed: single, ddp, "
+    if config.actor.backend == "megatron":
+        raise ConfigError("--resume: actor.backend='megatron' runs cannot be resumed yet; allowed: single, ddp, "
                           "fsdp")
     if not list_checkpoints(directory / "checkpoints"):
         raise ConfigError(f"--resume: {directory} has no checkpoint to resume from")

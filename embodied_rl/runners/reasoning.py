@@ -5,10 +5,10 @@ A text env worker hands out prompts (``rl.prompts_per_iteration`` problems, each
 and scores the responses with the task's verifier; generation workers sample the responses with their inference
 copy of the model; the LM actor trains it, first by SFT on the train split (``sft.steps``), then by the chosen
 algorithm of the GRPO family; after each update its weights go to the generation workers
-(``generation.weight_sync``: by collective broadcast, or through the object store).
+(``rollout.weight_sync``: by collective broadcast, or through the object store).
 Held-out accuracy (greedy by default) is measured before training, after SFT and every ``eval.every_iterations``.
 
-With ``rl.max_staleness=1`` (async rollout) the generation workers sample batch k+1 while the actor trains on
+With ``rollout.max_staleness=1`` (async rollout) the generation workers sample batch k+1 while the actor trains on
 batch k: each batch is sampled by weights one update old, the update's ratio is taken against the actor's current
 weights, and ``algorithm.tis_cap`` weights each token by min(p_actor / p_sampler, cap), as AReaL and SWIFT do.
 """
@@ -38,7 +38,7 @@ from embodied_rl.workers.lm_actor_worker import LMActorWorker
 from embodied_rl.workers.text_env_worker import TextEnvWorker
 
 EVAL_SEED = 10_000_019
-"""Seed of held-out generation (sampled only where ``generation.eval_temperature`` > 0)."""
+"""Seed of held-out generation (sampled only where ``rollout.eval_temperature`` > 0)."""
 MODEL_DIR = "model"
 """Where a finished run writes its model in the Hugging Face layout (``model.name=<run_dir>/model`` loads it)."""
 class ReasoningRunner:
@@ -64,21 +64,21 @@ class ReasoningRunner:
                 return {("gpu_slots" if gpus else "cpu_slots"): placement.slots[component]} if placement else {}
 
             env = self._env_group(share, slots("env"))
-            generation = WorkerGroup(GenerationWorker, "generation", c.generation.num_workers, cpus_per_worker=share,
+            generation = WorkerGroup(GenerationWorker, "generation", c.rollout.num_workers, cpus_per_worker=share,
                                      start_timeout_s=c.fault.start_timeout_s, model=model,
-                                     quantization=c.generation.quantization,
-                                     engine=c.generation.engine, torch_threads=c.torch_threads, **slots("rollout"))
+                                     quantization=c.rollout.quantization,
+                                     engine=c.rollout.engine, torch_threads=c.torch_threads, **slots("rollout"))
             parallel = rendezvous = None
-            if c.trainer.backend != "single":
+            if c.actor.backend != "single":
                 from embodied_rl.engines.training.data_parallel import serve_rendezvous
 
                 # Served by the driver, which outlives the trainer ranks (the store dies with this object); on a
                 # joined cluster at the driver's node address, which ranks on other nodes can reach.
                 host = ray.util.get_node_ip_address() if c.cluster.address else "127.0.0.1"
-                rendezvous = serve_rendezvous(host, c.trainer.timeout_s)
-                parallel = {"backend": c.trainer.backend, "master_address": host, "master_port": rendezvous.port,
-                            "served_store": True, "timeout_s": c.trainer.timeout_s}
-            actor = WorkerGroup(LMActorWorker, "lm-actor", c.trainer.world_size, cpus_per_worker=share, model=model,
+                rendezvous = serve_rendezvous(host, c.actor.timeout_s)
+                parallel = {"backend": c.actor.backend, "master_address": host, "master_port": rendezvous.port,
+                            "served_store": True, "timeout_s": c.actor.timeout_s}
+            actor = WorkerGroup(LMActorWorker, "lm-actor", c.actor.world_size, cpus_per_worker=share, model=model,
                                 algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
                                 torch_threads=c.torch_threads, **slots("actor"))
             self.env, self.actor = env.workers[0], actor
@@ -133,7 +133,7 @@ class ReasoningRunner:
         """One held-out evaluation's metrics (``eval/heldout_accuracy``, ``eval/problems``, ...)."""
         c = self.config
         questions = self.workers.call_env("heldout_questions", c.eval.num_problems)
-        answers = self.workers.generate(questions, c.generation.eval_temperature, seed=EVAL_SEED)
+        answers = self.workers.generate(questions, c.rollout.eval_temperature, seed=EVAL_SEED)
         return self.workers.call_env("score_heldout", [a["text"] for a in answers])
 
     def _sft(self, log: MetricsLog) -> None:
@@ -158,7 +158,7 @@ class ReasoningRunner:
 
     @property
     def overlap(self) -> bool:
-        return self.config.rl.max_staleness > 0
+        return self.config.rollout.max_staleness > 0
 
     def ends(self, iteration: int) -> bool:
         return iteration >= self.config.rl.iterations
@@ -177,7 +177,7 @@ class ReasoningRunner:
         c = self.config
         questions = self.workers.call_env("prompts")
         seed = c.seed * 100_003 + iteration + 7_919 * sampling_round
-        return self.workers.start_generation(questions, c.generation.temperature, seed=seed)
+        return self.workers.start_generation(questions, c.rollout.temperature, seed=seed)
 
     def finish_sampling(self, pending: GenerationRound) -> Round:
         answers = self.workers.finish_generation(pending)
@@ -215,7 +215,7 @@ class ReasoningRunner:
         self._trained_version = self.workers.published_version  # the actor's weights as this update starts
         r = c.rl
         return self._actor("rl_update", self._trainer_batch(self._trained, self._kept_scores[:wanted * G]), r.lr,
-                           c.generation.temperature, r.update_rounds, r.num_minibatches, r.max_grad_norm)
+                           c.rollout.temperature, r.update_rounds, r.num_minibatches, r.max_grad_norm)
 
     def finish_update(self, update) -> dict:
         if update is None:

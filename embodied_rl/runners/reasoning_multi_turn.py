@@ -10,7 +10,7 @@ its first tool call and the env worker (``ToolEnvWorker``) answers it. The train
 The SFT warm start trains on the env's demonstrations with the env's turns masked out (``sft_update_ids``);
 held-out evaluation is a rollout of one conversation per held-out problem (greedy by default).
 
-Not supported here: async rollout (``rl.max_staleness=1``) and DAPO's resample-to-fill
+Not supported here: async rollout (``rollout.max_staleness=1``) and DAPO's resample-to-fill
 (``algorithm.max_sampling_rounds`` > 1); both are refused before anything runs.
 """
 
@@ -44,8 +44,8 @@ EVAL_KEYS = {"reward": "eval/reward", "outcome": "eval/heldout_accuracy", "forma
 
 def check_multi_turn(config: ReasoningConfig) -> None:
     """The options a multi-turn run refuses, as a one-line ``ConfigError`` naming the key."""
-    if config.rl.max_staleness != 0:
-        raise ConfigError(f"rl.max_staleness={config.rl.max_staleness!r}: async rollout is not supported for the "
+    if config.rollout.max_staleness != 0:
+        raise ConfigError(f"rollout.max_staleness={config.rollout.max_staleness!r}: async rollout is not supported for the "
                           f"multi-turn task {config.task!r}; allowed: 0")
     if config.algorithm.max_sampling_rounds != 1:
         raise ConfigError(f"algorithm.max_sampling_rounds={config.algorithm.max_sampling_rounds!r}: resample-to-fill "
@@ -96,7 +96,7 @@ class MultiTurnReasoningRunner(ReasoningRunner):
 
     def finish_sampling(self, pending: int) -> Round:
         started = time.time()
-        conversations, stats = self._rollout(self.train_env, self.config.generation.temperature, pending)
+        conversations, stats = self._rollout(self.train_env, self.config.rollout.temperature, pending)
         return Round(conversations, started, time.time(),
                      {"generate_s": stats["generate_s"], "tokens": stats["tokens"]})
 
@@ -120,7 +120,7 @@ class MultiTurnReasoningRunner(ReasoningRunner):
     def _heldout_metrics(self) -> dict:
         c = self.config
         n = self.heldout_env.num_envs
-        conversations, _ = self._rollout(self.heldout_env, c.generation.eval_temperature, EVAL_SEED, list(range(n)))
+        conversations, _ = self._rollout(self.heldout_env, c.rollout.eval_temperature, EVAL_SEED, list(range(n)))
         return {**_conversation_metrics(conversations, EVAL_KEYS), "eval/problems": n}
 
     def _sft_update(self) -> dict:

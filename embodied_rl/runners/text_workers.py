@@ -80,7 +80,7 @@ class TextWorkers:
         return seconds
 
     def form_weight_sync(self) -> None:
-        """With ``generation.weight_sync`` broadcast: make trainer rank 0 (the collective's rank 0) and the generation
+        """With ``rollout.weight_sync`` broadcast: make trainer rank 0 (the collective's rank 0) and the generation
         workers one collective, NCCL when every member computes on a GPU, else gloo."""
         mode = weight_sync(self.config)
         if mode == "broadcast":
@@ -145,7 +145,7 @@ class TextWorkers:
         start them. ``method``: the workers' ``generate`` (question strings) or ``generate_ids`` (prompt token-id
         lists)."""
         self.turn("generation")
-        c = self.config.generation
+        c = self.config.rollout
         parts = [part for part in np.array_split(np.arange(len(questions)), len(self.generation.workers))]
         params = [dict(max_new_tokens=c.max_new_tokens, temperature=temperature, seed=seed * 1009 + rank)
                   for rank in range(len(parts))]

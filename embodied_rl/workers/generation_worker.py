@@ -60,7 +60,7 @@ class GenerationWorker(Worker):
         ``only_trained`` is taken for ``WeightSync``'s one interface (every weight of the LM travels)."""
         if self.engine_name != "hf":
             raise RuntimeError(f"generation worker {self.address}: engine {self.engine_name!r} owns its weights; "
-                               "use generation.weight_sync=object_store")
+                               "use rollout.weight_sync=object_store")
         template = weights_template(self.model)
         template[POLICY_VERSION_KEY] = torch.zeros((), dtype=torch.int64)
         received = self.collectives[collective].broadcast_state_dict(template, src=0)

@@ -8,7 +8,7 @@ from conftest import run_cli
 from embodied_rl.bench.reasoning_bench import accuracy_curve, seconds_per_iteration
 
 TINY = ["env.count=200", "env.heldout_count=20", "rl.prompts_per_iteration=2", "algorithm.group_size=2",
-        "eval.num_problems=4", "generation.max_new_tokens=3", "sft.batch_size=8"]
+        "eval.num_problems=4", "rollout.max_new_tokens=3", "sft.batch_size=8"]
 
 
 def test_generation_bench_measures_every_available_engine(tmp_path):

@@ -63,3 +63,32 @@ def test_a_run_directory_saved_before_the_renames_resumes_and_evaluates(tmp_path
     assert loaded.eval.greedy is False and loaded.algorithm.dynamic_sampling is True
     with pytest.raises(ConfigError, match="renamed; use (eval.greedy|algorithm.dynamic_sampling)"):
         load_train_config(None, str(path), [])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("generation.engine=vllm", "generation.engine .*renamed; use rollout.engine"),
+    ("trainer.world_size=2", "trainer.world_size .*renamed; use actor.world_size"),
+    ("rl.max_staleness=1", "rl.max_staleness .*renamed; use rollout.max_staleness"),
+    ("generation={}", "generation .*renamed; use rollout$")])
+def test_text_run_sections_renamed_to_rollout_and_actor_are_refused(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_reasoning_config("math_arith", None, [override])
+
+
+def test_a_text_run_directory_saved_before_the_section_renames_resumes(tmp_path):
+    """A text run's saved config.yaml with ``generation``, ``trainer`` and ``rl.max_staleness`` loads as the run's
+    own config with the values kept, and is refused as a user's --config file."""
+    from embodied_rl.config.reasoning import reasoning_yaml
+
+    config = load_reasoning_config("math_arith", None, ["rollout.max_new_tokens=3", "rollout.max_staleness=1",
+                                                        "actor.timeout_s=77"])
+    text = reasoning_yaml(config).replace("rollout:", "generation:").replace("actor:", "trainer:").replace(
+        "  max_staleness: 1\n", "")
+    text = text.replace("rl:\n", "rl:\n  max_staleness: 1\n")
+    assert "generation:" in text and "trainer:" in text and "max_staleness: 1" in text
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    resumed = load_reasoning_config(None, str(path), [], saved=True)
+    assert (resumed.rollout.max_new_tokens, resumed.rollout.max_staleness, resumed.actor.timeout_s) == (3, 1, 77.0)
+    with pytest.raises(ConfigError, match="renamed; use (rollout|actor)"):
+        load_reasoning_config(None, str(path), [])

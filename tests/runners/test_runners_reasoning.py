@@ -9,7 +9,7 @@ from conftest import run_cli
 
 SMALL = ["env.count=200", "env.heldout_count=20", "sft.steps=20", "sft.batch_size=16", "rl.iterations=2",
          "rl.prompts_per_iteration=4", "algorithm.group_size=4", "eval.every_iterations=1", "eval.num_problems=8",
-         "generation.max_new_tokens=4", "torch_threads=1"]
+         "rollout.max_new_tokens=4", "torch_threads=1"]
 
 
 @pytest.mark.slow
@@ -36,8 +36,8 @@ def test_math_arith_trains_sft_then_grpo_and_writes_a_loadable_model(tmp_path):
                                            ("model.name=/no/such/model", "model.name"),
                                            ("algorithm.name=ppo9", "algorithm.name"),
                                            ("env.colour=red", "colour"),
-                                           ("generation.engine=trt", "generation.engine"),
-                                           ("trainer.world_size=2", "trainer.world_size")])
+                                           ("rollout.engine=trt", "rollout.engine"),
+                                           ("actor.world_size=2", "actor.world_size")])
 def test_bad_reasoning_options_are_one_line_and_write_nothing(tmp_path, override, key):
     result = run_cli("train", "--task", "math_arith", "--run-dir", str(tmp_path / "run"), override, cwd=tmp_path)
     assert result.returncode == 2 and key in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -7,7 +7,7 @@ import pytest
 
 SMALL = ["env.count=300", "env.heldout_count=20", "sft.steps=300", "sft.batch_size=32", "rl.iterations=4",
          "rl.prompts_per_iteration=4", "algorithm.group_size=4", "eval.every_iterations=0", "eval.num_problems=8",
-         "generation.max_new_tokens=4", "torch_threads=1"]
+         "rollout.max_new_tokens=4", "torch_threads=1"]
 
 
 def _run(tmp_path, name, overrides):
@@ -23,7 +23,7 @@ def _run(tmp_path, name, overrides):
 
 @pytest.mark.slow
 def test_async_int8_rollout_overlaps_generation_with_the_update_one_version_behind(tmp_path, cluster):
-    runner, rows = _run(tmp_path, "async", ["rl.max_staleness=1", "generation.quantization=int8",
+    runner, rows = _run(tmp_path, "async", ["rollout.max_staleness=1", "rollout.quantization=int8",
                                             "algorithm.tis_cap=2.0"])
     assert [r["train/iteration"] for r in rows] == [1, 2, 3, 4] and runner.responses == 4 * 4 * 4
     # the first batch was sampled by the weights the first update started from; every later one by the weights
@@ -59,5 +59,5 @@ def test_resample_to_fill_needs_dynamic_sampling(tmp_path):
 
     with pytest.raises(ConfigError, match="algorithm.max_sampling_rounds=3"):
         load_reasoning_config("math_arith", None, ["algorithm.max_sampling_rounds=3", "algorithm.name=grpo"])
-    with pytest.raises(ConfigError, match="generation.quantization='int4'"):
-        load_reasoning_config("math_arith", None, ["generation.quantization=int4"])
+    with pytest.raises(ConfigError, match="rollout.quantization='int4'"):
+        load_reasoning_config("math_arith", None, ["rollout.quantization=int4"])

@@ -12,7 +12,7 @@ from tests_helpers import TrackedProcess
 
 SMALL = ["env.count=50", "env.heldout_count=4", "sft.steps=2", "sft.batch_size=4", "rl.iterations=1",
          "rl.prompts_per_iteration=2", "algorithm.group_size=2", "eval.num_problems=2",
-         "generation.max_new_tokens=2", "torch_threads=1"]
+         "rollout.max_new_tokens=2", "torch_threads=1"]
 
 
 def _names(pids: set[int]) -> set[str]:

@@ -7,7 +7,7 @@ import pytest
 # 20 SFT steps leave every answer wrong; DAPO's overlong shaping still scores responses apart by their length
 SMALL = ["env.count=200", "env.heldout_count=20", "sft.steps=20", "sft.batch_size=16", "rl.iterations=2",
          "algorithm.overlong_max_len=4", "algorithm.overlong_cache=3", "rl.prompts_per_iteration=8", "algorithm.group_size=4", "eval.every_iterations=0", "eval.num_problems=8",
-         "generation.max_new_tokens=4", "torch_threads=1"]
+         "rollout.max_new_tokens=4", "torch_threads=1"]
 
 
 def _rows(tmp_path, name, overrides):
@@ -21,7 +21,7 @@ def _rows(tmp_path, name, overrides):
 @pytest.mark.slow
 def test_a_two_rank_fsdp_trainer_matches_the_single_process_trainer(tmp_path, cluster):
     single = _rows(tmp_path, "single", [])
-    sharded = _rows(tmp_path, "fsdp", ["trainer.backend=fsdp", "trainer.world_size=2"])
+    sharded = _rows(tmp_path, "fsdp", ["actor.backend=fsdp", "actor.world_size=2"])
     assert len(single) == len(sharded) == 4  # start eval, SFT, 2 RL iterations
     for key in ("sft/first_loss", "sft/loss"):
         assert sharded[1][key] == pytest.approx(single[1][key], abs=1e-5)

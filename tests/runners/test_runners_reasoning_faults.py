@@ -15,7 +15,7 @@ from embodied_rl.runners.scale_requests import request_scale
 ITERATIONS = 8
 SMALL = ["env.count=200", "env.heldout_count=20", "sft.steps=0", f"rl.iterations={ITERATIONS}",
          "rl.prompts_per_iteration=4", "algorithm.group_size=4", "eval.every_iterations=0", "eval.num_problems=8",
-         "generation.max_new_tokens=4", "generation.num_workers=2", "torch_threads=1", "checkpoint.every_iterations=0"]
+         "rollout.max_new_tokens=4", "rollout.num_workers=2", "torch_threads=1", "checkpoint.every_iterations=0"]
 
 
 @pytest.mark.slow
@@ -24,7 +24,7 @@ def test_a_reasoning_run_survives_a_killed_generation_worker_and_scales_live(tmp
     from embodied_rl.config.reasoning import load_reasoning_config
     from embodied_rl.runners.reasoning import ReasoningRunner
 
-    config = load_reasoning_config("math_arith", None, [*SMALL, f"generation.weight_sync={weight_sync}"])
+    config = load_reasoning_config("math_arith", None, [*SMALL, f"rollout.weight_sync={weight_sync}"])
     killed: list = []
 
     def act(what):

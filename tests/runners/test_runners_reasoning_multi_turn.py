@@ -10,7 +10,7 @@ from conftest import run_cli
 
 TINY = ["env.count=200", "env.heldout_count=20", "env.digits=1", "env.terms=3", "sft.steps=60", "sft.batch_size=16",
         "rl.iterations=2", "rl.prompts_per_iteration=4", "algorithm.group_size=4", "eval.every_iterations=1",
-        "eval.num_problems=8", "generation.max_new_tokens=20", "torch_threads=1"]
+        "eval.num_problems=8", "rollout.max_new_tokens=20", "torch_threads=1"]
 TRAIN_KEYS = ("train/reward", "reward/outcome", "reward/format", "reward/tool", "tool/calls", "tool/malformed",
               "tool/call_rate", "train/turns", "train/env_tokens", "train/model_tokens", "train/trained_tokens")
 
@@ -47,7 +47,7 @@ def test_math_tool_trains_on_conversations_with_env_tokens_masked(tmp_path):
     assert tokenizer.decode(tokenizer("<calc>1+2</calc>")["input_ids"]) == "<calc>1+2</calc>"
 
 
-@pytest.mark.parametrize("overrides, key", [(["rl.max_staleness=1"], "rl.max_staleness"),
+@pytest.mark.parametrize("overrides, key", [(["rollout.max_staleness=1"], "rollout.max_staleness"),
                                             (["algorithm.max_sampling_rounds=2", "algorithm.name=dapo"],
                                              "algorithm.max_sampling_rounds")])
 def test_options_the_multi_turn_runner_cannot_run_are_one_line_and_write_nothing(tmp_path, overrides, key):

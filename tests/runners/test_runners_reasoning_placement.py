@@ -12,7 +12,7 @@ from embodied_rl.config import ConfigError
 from embodied_rl.config.reasoning import load_reasoning_config, takes_turns, text_placement, weight_sync
 
 SMALL = ["env.count=200", "env.heldout_count=20", "sft.steps=0", "rl.iterations=4", "rl.prompts_per_iteration=4",
-         "algorithm.group_size=4", "eval.every_iterations=0", "eval.num_problems=8", "generation.max_new_tokens=4",
+         "algorithm.group_size=4", "eval.every_iterations=0", "eval.num_problems=8", "rollout.max_new_tokens=4",
          "torch_threads=1", "checkpoint.every_iterations=0"]
 SPLIT = "placement.components={'env,rollout': '0', 'actor': '1'}"
 SHARED = "placement.components={'env,rollout,actor': '0-1'}"
@@ -21,14 +21,14 @@ SHARED = "placement.components={'env,rollout,actor': '0-1'}"
 def test_text_placements_resolve_like_embodied_ones():
     plain = load_reasoning_config("math_arith", None, [])
     assert text_placement(plain)[0] is None and not takes_turns(plain) and weight_sync(plain) == "broadcast"
-    split = load_reasoning_config("math_arith", None, [SPLIT, "rl.max_staleness=1"])
+    split = load_reasoning_config("math_arith", None, [SPLIT, "rollout.max_staleness=1"])
     placement = text_placement(split)[0]  # env and generation share core 0: hybrid, as Placement derives it
     assert placement.slots == {"env": (0,), "rollout": (0,), "actor": (1,)} and placement.mode.value == "hybrid"
     assert not takes_turns(split) and weight_sync(split) == "broadcast"
     shared = load_reasoning_config("math_arith", None, [SHARED])
     assert takes_turns(shared) and weight_sync(shared) == "object_store"  # weights wait in host memory
-    with pytest.raises(ConfigError, match="rl.max_staleness=1 .*slots of their own"):
-        load_reasoning_config("math_arith", None, [SHARED, "rl.max_staleness=1"])
+    with pytest.raises(ConfigError, match="rollout.max_staleness=1 .*slots of their own"):
+        load_reasoning_config("math_arith", None, [SHARED, "rollout.max_staleness=1"])
     with pytest.raises(ConfigError, match="placement.trainer: unknown component; allowed: env, rollout, actor"):
         load_reasoning_config("math_arith", None, ["placement.components={'env,rollout': '0', 'trainer': '1'}"])
     with pytest.raises(ConfigError, match="placement.nodes"):

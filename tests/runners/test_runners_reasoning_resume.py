@@ -13,7 +13,7 @@ from conftest import run_cli
 
 SMALL = ["env.count=60", "env.heldout_count=4", "sft.steps=3", "sft.batch_size=4", "rl.iterations=4",
          "rl.prompts_per_iteration=2", "algorithm.group_size=4", "algorithm.kl_coef=0.1", "rl.lr=1e-3",
-         "eval.every_iterations=0", "eval.num_problems=2", "generation.max_new_tokens=3",
+         "eval.every_iterations=0", "eval.num_problems=2", "rollout.max_new_tokens=3",
          "checkpoint.every_iterations=2", "torch_threads=1"]
 
 
@@ -25,7 +25,7 @@ def _rows(run_dir) -> list[dict]:
 
 MULTI_TURN = ["env.count=60", "env.heldout_count=4", "sft.steps=3", "sft.batch_size=4", "rl.iterations=4",
               "rl.prompts_per_iteration=2", "algorithm.group_size=4", "rl.lr=1e-3", "eval.every_iterations=0",
-              "eval.num_problems=2", "generation.max_new_tokens=6", "checkpoint.every_iterations=2",
+              "eval.num_problems=2", "rollout.max_new_tokens=6", "checkpoint.every_iterations=2",
               "torch_threads=1"]
 
 

@@ -9,7 +9,7 @@ import ray
 
 SMALL = ["env.count=50", "env.heldout_count=4", "sft.steps=2", "sft.batch_size=4", "rl.iterations=1",
          "rl.prompts_per_iteration=2", "algorithm.group_size=2", "eval.every_iterations=0", "eval.num_problems=2",
-         "generation.max_new_tokens=2", "generation.num_workers=2", "generation.quantization=int8", "torch_threads=1"]
+         "rollout.max_new_tokens=2", "rollout.num_workers=2", "rollout.quantization=int8", "torch_threads=1"]
 
 
 def _assert_same(weights: dict, expected: dict) -> None:
@@ -54,19 +54,19 @@ def test_broadcast_gives_generation_workers_the_trainers_weights_as_the_object_s
             assert _greedy(self.workers.generation.workers[1]) == broadcast
 
     config = load_reasoning_config("math_arith", None, SMALL)
-    assert config.generation.weight_sync == "auto"
+    assert config.rollout.weight_sync == "auto"
     runner = Checked(config, tmp_path / "run")
     runner.run()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["time/sync_s"] > 0 for r in rows if "sft/loss" in r or "time/iteration_s" in r] == [True] * 2
 
 
-@pytest.mark.parametrize("overrides, allowed", [(["generation.weight_sync=nccl"], "auto, broadcast, object_store"),
-                                                (["generation.weight_sync=broadcast", "generation.engine=vllm"],
+@pytest.mark.parametrize("overrides, allowed", [(["rollout.weight_sync=nccl"], "auto, broadcast, object_store"),
+                                                (["rollout.weight_sync=broadcast", "rollout.engine=vllm"],
                                                  "auto or object_store")])
 def test_bad_weight_sync_is_one_config_error(overrides, allowed):
     from embodied_rl.config import ConfigError
     from embodied_rl.config.reasoning import load_reasoning_config
 
-    with pytest.raises(ConfigError, match=f"generation.weight_sync=.*allowed: {allowed}"):
+    with pytest.raises(ConfigError, match=f"rollout.weight_sync=.*allowed: {allowed}"):
         load_reasoning_config("math_arith", None, overrides)

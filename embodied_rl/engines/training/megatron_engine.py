@@ -1,4 +1,4 @@
-"""Megatron-core tensor parallelism as a trainer's engine (``trainer.backend=megatron``): the Hugging Face Llama an
+"""Megatron-core tensor parallelism as a trainer's engine (``actor.backend=megatron``): the Hugging Face Llama an
 ``LMActorWorker`` builds, trained as a Megatron GPT split over ``world_size`` TP ranks (gloo, CPU), behind the part
 of ``DataParallelEngine``'s interface the worker uses.
 
@@ -41,7 +41,7 @@ class MegatronLlamaEngine:
                  master_address: str = "127.0.0.1", master_port: int = 29500, served_store: bool = False,
                  timeout_s: float = 600.0):
         if device.type != "cpu":
-            raise NotImplementedError(f"trainer.backend=megatron runs on CPU over gloo only, not on {device}")
+            raise NotImplementedError(f"actor.backend=megatron runs on CPU over gloo only, not on {device}")
         self.rank, self.world_size, self.device = rank, world_size, device
         megatron_lm.initialize_tensor_parallel(world_size, rank=rank, master_port=master_port,
                                                master_address=master_address, timeout_s=timeout_s,

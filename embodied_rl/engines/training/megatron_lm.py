@@ -26,7 +26,7 @@ float32. The full state dict is in Megatron's names and layout (``linear_qkv`` r
 head), not a Hugging Face model's; no gradient clipping (it would need a TP-wide norm).
 
 The Hugging Face Llama as such a GPT (rotary positions, RMSNorm, SwiGLU, grouped-query attention, weights
-converted both ways) is ``megatron_llama``; trained as a trainer backend (``trainer.backend=megatron``, with a
+converted both ways) is ``megatron_llama``; trained as a trainer backend (``actor.backend=megatron``, with a
 TP-wide gradient clip) by ``megatron_engine``. Both use this module's process-group set-up, bypasses and gather.
 """
 

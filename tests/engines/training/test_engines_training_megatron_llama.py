@@ -1,5 +1,5 @@
 """The Hugging Face Llama as a megatron-core GPT: the same logits at TP=1 and TP=2, weights converted both ways
-exactly, and ``trainer.backend=megatron`` (``LMActorWorker`` on ``MegatronLlamaEngine``) training like the
+exactly, and ``actor.backend=megatron`` (``LMActorWorker`` on ``MegatronLlamaEngine``) training like the
 single-process HF trainer.
 
 Two models: the project's ``tiny`` (tied embeddings, 4 heads = 4 key-value heads, vocabulary 99: padded to 100 at
@@ -164,11 +164,11 @@ def test_trainer_backend_megatron_config(world_size, ok):
     from embodied_rl.config.errors import ConfigError
     from embodied_rl.config.reasoning import load_reasoning_config
 
-    overrides = ["trainer.backend=megatron", f"trainer.world_size={world_size}"]
+    overrides = ["actor.backend=megatron", f"actor.world_size={world_size}"]
     if ok:
-        assert load_reasoning_config("math_arith", None, overrides).trainer.backend == "megatron"
+        assert load_reasoning_config("math_arith", None, overrides).actor.backend == "megatron"
     else:  # tiny's 4 heads do not split 3 ways
-        with pytest.raises(ConfigError, match="trainer.world_size"):
+        with pytest.raises(ConfigError, match="actor.world_size"):
             load_reasoning_config("math_arith", None, overrides)
 
 
