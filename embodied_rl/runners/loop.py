@@ -6,7 +6,7 @@ The loop says when; the run's world says how (``Side``): ``EmbodiedRunner`` (env
 episodes into the actor over channels; SFT updates without sampling) and ``ReasoningRunner`` (generation workers
 answer a text env's prompts, which the driver scores). Both implement the same methods, listed on ``Side``.
 
-With ``side.overlap`` (``rollout.max_staleness=1`` embodied, ``rollout.max_staleness=1`` text) the next iteration's
+With ``side.overlap`` (``rollout.max_staleness=1``, on either world) the next iteration's
 first sampling round starts once the update has, runs beside it with the weights from before that update, and is
 finished before the weights are synced, so evaluations, checkpoints and resizes never see a round in flight.
 """
