@@ -48,7 +48,7 @@ def load_checkpoint_policy(path: str | Path) -> CheckpointPolicy:
     from embodied_rl.config.loader import from_yaml_file
     from embodied_rl.models import build_policy
     from embodied_rl.utils.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_checkpoint
-    from embodied_rl.workers.weights import load_numpy_weights
+    from embodied_rl.workers.weights import load_host_weights
 
     try:
         checkpoint = load_checkpoint(Path(path))
@@ -64,7 +64,7 @@ def load_checkpoint_policy(path: str | Path) -> CheckpointPolicy:
         raise ConfigError(f"--source checkpoint: the policy observes {config.env.obs_mode!r}; only state policies "
                           "can replay here (record camera demos from a state expert with --obs rgb)")
     policy = build_policy(**spec)
-    load_numpy_weights(policy, checkpoint.weights)
+    load_host_weights(policy, checkpoint.weights)
     policy.eval()
 
     def decide(obs: np.ndarray) -> np.ndarray:

@@ -12,10 +12,17 @@ only if its constructor takes them). What the algorithms call, by what they need
 * optional: ``set_observation_normalization(obs)``, ``set_action_statistics(actions)`` (from demonstrations).
 
 Class attributes: ``observation_modes`` (the ``env.obs_mode`` values it takes) and ``sizes`` (``policy.size``).
+
+Mixed precision (``compute_dtype`` bf16 or fp16, e.g. a VLA's ``policy.options.dtype``): frozen weights are stored in
+the compute dtype, the weights that train in float32 (``keep_trained_weights_in_float32``: the master weights the
+optimizer updates; a bf16 weight of 0.02 does not move by Adam's 5e-6 steps), and the network runs under
+``torch.autocast`` to the compute dtype (``in_compute_dtype``). Weights travel and are checkpointed as stored.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 
 import torch
@@ -28,12 +35,51 @@ class Policy(nn.Module):
 
     observation_modes: tuple[str, ...] = ("state",)
     sizes: tuple[str, ...] = ("tiny",)
+    compute_dtype: torch.dtype = torch.float32
+
+    def keep_trained_weights_in_float32(self) -> None:
+        """Store every parameter that requires gradients in float32 (the master weights); frozen ones keep their
+        dtype. Call after the last change of ``requires_grad`` (LoRA) and before an optimizer is made."""
+        for parameter in self.parameters():
+            if parameter.requires_grad and parameter.dtype != torch.float32:
+                parameter.data = parameter.data.float()
+
+    def autocast(self):
+        """The context the network runs in: ``torch.autocast`` to ``compute_dtype`` on the policy's device (none
+        for float32)."""
+        if self.compute_dtype == torch.float32:
+            return contextlib.nullcontext()
+        device = next(self.parameters()).device.type
+        return torch.autocast(device_type=device, dtype=self.compute_dtype)
 
     def act(self, obs, deterministic: bool = False):  # pragma: no cover - the interface
         raise NotImplementedError
 
     def evaluate(self, obs, actions: torch.Tensor):  # pragma: no cover - the interface
         raise NotImplementedError
+
+
+def in_compute_dtype(method):
+    """Decorate a policy method whose network runs under ``Policy.autocast``."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self.autocast():
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def full_precision(tensor_method):
+    """Decorate a method that must compute in float32 even when called under autocast (e.g. logits from which
+    log-probs are taken)."""
+
+    @functools.wraps(tensor_method)
+    def wrapper(self, *args, **kwargs):
+        with torch.autocast(device_type=next(self.parameters()).device.type, enabled=False):
+            return tensor_method(self, *args, **kwargs)
+
+    return wrapper
 
 
 def mlp(sizes: list[int], out_gain: float) -> nn.Sequential:

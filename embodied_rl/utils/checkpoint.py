@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.numpy import load_file, save_file
+from safetensors.torch import load_file, save_file
 
 from embodied_rl.utils.atomic import (fsync_path, make_staging_directory, publish_directory, remove_directory,
                                      sweep_publish_leftovers)
@@ -73,7 +73,7 @@ def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, traine
     sweep_publish_leftovers(checkpoints_dir)
     staging = make_staging_directory(checkpoints_dir)
     try:
-        save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(staging / WEIGHTS_FILE))
+        save_file({k: _tensor(v) for k, v in weights.items()}, str(staging / WEIGHTS_FILE))
         (staging / TRAINER_STATE_FILE).write_bytes(trainer_state)
         (staging / COUNTERS_FILE).write_text(json.dumps(counters, indent=2))
         (staging / CONFIG_FILE).write_text(config_yaml)
@@ -91,6 +91,11 @@ def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, traine
             if checkpoint_iteration(old) < iteration:
                 remove_directory(old)
     return final
+
+
+def _tensor(value) -> torch.Tensor:
+    """A weight for safetensors: a contiguous tensor of its own dtype (bf16 included); numpy arrays are taken too."""
+    return torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value.contiguous()
 
 
 def list_checkpoints(checkpoints_dir: Path) -> list[Path]:

@@ -23,7 +23,7 @@ from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.utils.checkpoint import read_trainer_state
 from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
 from embodied_rl.workers.trajectory_buffer import concat_obs
-from embodied_rl.workers.weights import load_numpy_weights, weights_template, weights_to_numpy
+from embodied_rl.workers.weights import load_host_weights, weights_template, host_weights
 
 TRAJECTORY_TIMEOUT_S = 120.0
 """Trajectories are on the channel by the time ``update`` is called (their env workers have returned); a longer
@@ -87,9 +87,9 @@ class ActorWorker(Worker):
                                "(in its turn on the device)")
 
     def get_weights(self, only_trained: bool = False) -> tuple[dict, int]:
-        """``(state_dict as numpy arrays, policy version)``; reads the host copy when offloaded. ``only_trained``:
+        """``(state_dict as host tensors of their own dtype, policy version)``; reads the host copy when offloaded. ``only_trained``:
         leave out frozen weights (a LoRA base) for receivers that already hold them."""
-        return weights_to_numpy(self.policy, only_trained), self.policy_version
+        return host_weights(self.policy, only_trained), self.policy_version
 
     def broadcast_weights(self, collective: str, only_trained: bool = False) -> int:
         """As rank 0 of ``collective``: send the weights (``only_trained``: without frozen ones) and the policy
@@ -334,7 +334,7 @@ class ActorWorker(Worker):
     def load_training_state(self, weights: dict, trainer_state: bytes | None) -> int:
         # Loading replaces optimizer state, which onload could then not find: load only while onloaded.
         self._require_onloaded("load training state")
-        load_numpy_weights(self.policy, weights)
+        load_host_weights(self.policy, weights)
         self.weights_loaded = True
         if self.needs.replay:
             self.algorithm.reset_targets()  # a trainer state below brings its own

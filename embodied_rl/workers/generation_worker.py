@@ -16,7 +16,7 @@ from embodied_rl.models.causal_lm.chat import build_lm, prompt_ids
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import POLICY_VERSION_KEY
-from embodied_rl.workers.weights import load_numpy_weights, weights_template, weights_to_numpy
+from embodied_rl.workers.weights import load_host_weights, weights_template, host_weights
 
 
 class GenerationWorker(Worker):
@@ -48,7 +48,7 @@ class GenerationWorker(Worker):
         if self.engine_name != "hf":
             self.engine.load_weights(state_dict)
         else:
-            load_numpy_weights(self.model, state_dict)
+            load_host_weights(self.model, state_dict)
             if self.quantization != "none":
                 self._build_engine()
         self.policy_version = version
@@ -71,7 +71,7 @@ class GenerationWorker(Worker):
 
     def get_weights(self) -> tuple[dict, int]:
         """``({name: array}, policy_version)`` of this worker's full-precision model."""
-        return weights_to_numpy(self.model), self.policy_version
+        return host_weights(self.model), self.policy_version
 
     def generate(self, questions: list[str], params: dict) -> list[dict]:
         """For each question (through the tokenizer's chat template): as ``generate_ids`` on its prompt ids."""

@@ -27,7 +27,7 @@ from embodied_rl.models.causal_lm.logprobs import response_logprobs
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import POLICY_VERSION_KEY
-from embodied_rl.workers.weights import weights_to_numpy
+from embodied_rl.workers.weights import as_tensor, host_weights
 
 
 class LMActorWorker(Worker):
@@ -65,14 +65,14 @@ class LMActorWorker(Worker):
         return self.offloader.onload()
 
     def get_weights(self, only_trained: bool = False) -> tuple[dict, int] | None:
-        """``({name: array}, policy_version)``: the whole model (rank 0; None on the other data-parallel ranks).
+        """``({name: tensor}, policy_version)``: the whole model (host tensors of their own dtype) (rank 0; None on the other data-parallel ranks).
         ``only_trained`` is taken for ``WeightSync``'s one interface: every weight of the LM is trained."""
         if not self.engine.distributed:
-            return weights_to_numpy(self.model), self.policy_version
+            return host_weights(self.model), self.policy_version
         state = self.engine.full_state_dict()
         if state is None:
             return None
-        return {name: value.detach().cpu().numpy().copy() for name, value in state.items()}, self.policy_version
+        return host_weights(state=state), self.policy_version
 
     def broadcast_weights(self, collective: str, only_trained: bool = False) -> int | None:
         """Send the whole model and the policy version to every other rank of ``collective``, of which rank 0 of
@@ -260,7 +260,7 @@ class LMActorWorker(Worker):
         if not self.resumable:
             raise RuntimeError(f"trainer {self.address}: its engine cannot restore a training state")
         state = torch.load(io.BytesIO(trainer_state), map_location="cpu", weights_only=True)
-        tensors = {name: torch.as_tensor(np.asarray(value)).to(self.device) for name, value in weights.items()}
+        tensors = {name: as_tensor(value).to(self.device) for name, value in weights.items()}
         self.engine.load_full_state_dict(tensors)
         self.engine.load_optimizer_state_dict(self.optimizer, state["optimizer"])
         self.reference = None

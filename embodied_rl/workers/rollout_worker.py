@@ -18,7 +18,7 @@ from embodied_rl.runtime.channel import ChannelTimeout
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import (POLICY_VERSION_KEY, REQUESTS_KEY, PolicyRequest, PolicyResponse,
                                           StopServing, responses_key)
-from embodied_rl.workers.weights import load_numpy_weights, weights_template, weights_to_numpy
+from embodied_rl.workers.weights import load_host_weights, weights_template, host_weights
 from sim_envs.vector_env import stack_obs
 
 ANSWER_READER_TIMEOUT_S = 1.0
@@ -61,13 +61,13 @@ class RolloutWorker(Worker):
     def load_weights(self, weights_and_version: tuple[dict, int]) -> int:
         """Install ``(state_dict of numpy arrays, policy version)``; returns the version."""
         state_dict, version = weights_and_version
-        load_numpy_weights(self.policy, state_dict)
+        load_host_weights(self.policy, state_dict)
         self.policy_version = version
         return version
 
     def get_weights(self) -> tuple[dict, int]:
         """``(state_dict as numpy arrays, policy version)`` of the inference copy."""
-        return weights_to_numpy(self.policy), self.policy_version
+        return host_weights(self.policy), self.policy_version
 
     def receive_weights(self, collective: str, only_trained: bool = False) -> int:
         """Receive the weights broadcast by rank 0 of ``collective`` into the policy in place (``only_trained``:

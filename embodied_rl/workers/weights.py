@@ -1,4 +1,5 @@
-"""Policy weights as plain numpy arrays: how they leave a worker (object store, checkpoints) and come back."""
+"""Policy weights as host tensors in their own dtype (bf16 stays bf16): how they leave a worker (object store,
+checkpoints) and come back."""
 
 from __future__ import annotations
 
@@ -15,12 +16,20 @@ def trained_names(policy: torch.nn.Module) -> set[str]:
     return names & set(policy.state_dict())
 
 
-def weights_to_numpy(policy: torch.nn.Module, only_trained: bool = False) -> dict[str, np.ndarray]:
-    """``policy.state_dict()`` copied to host memory as numpy arrays (safe to hand to another process);
+def host_weights(policy: torch.nn.Module | None = None, only_trained: bool = False,
+                 state: dict | None = None) -> dict[str, torch.Tensor]:
+    """``policy.state_dict()`` (or ``state``) copied to host memory as contiguous tensors of their own dtype, each
+    its own storage (tied weights become two copies, as safetensors requires), safe to hand to another process;
     ``only_trained``: just the ``trained_names`` (a receiver that already holds the frozen weights)."""
     keep = trained_names(policy) if only_trained else None
-    return {name: value.detach().cpu().numpy().copy() for name, value in policy.state_dict().items()
+    items = (state if state is not None else policy.state_dict()).items()
+    return {name: value.detach().to(device="cpu", copy=True).contiguous() for name, value in items
             if keep is None or name in keep}
+
+
+def as_tensor(value) -> torch.Tensor:
+    """A tensor as given, or a numpy array (weights written before they travelled as tensors) as a tensor."""
+    return value if isinstance(value, torch.Tensor) else torch.from_numpy(np.array(value))
 
 
 def weights_template(policy: torch.nn.Module, only_trained: bool = False) -> dict[str, torch.Tensor]:
@@ -29,14 +38,15 @@ def weights_template(policy: torch.nn.Module, only_trained: bool = False) -> dic
     return {name: value for name, value in policy.state_dict().items() if keep is None or name in keep}
 
 
-def load_numpy_weights(policy: torch.nn.Module, weights: dict) -> None:
-    """Copy ``{name: array}`` into ``policy``'s tensors, wherever they live (device or host). ``weights`` holds every
-    entry of the state dict, or at least every ``trained_names`` entry (a sync that leaves out frozen weights)."""
+def load_host_weights(policy: torch.nn.Module, weights: dict) -> None:
+    """Copy ``{name: tensor or array}`` into ``policy``'s tensors, wherever they live (device or host), each cast to
+    the dtype the policy keeps it in (fp32 master weights receive bf16 values and the other way round). ``weights``
+    holds every entry of the state dict, or at least every ``trained_names`` entry (a sync that leaves out frozen
+    weights)."""
     expected = set(policy.state_dict())
     unknown = set(weights) - expected
     missing = expected - set(weights)
     if unknown or (missing & trained_names(policy)):
         raise KeyError(f"weights do not fit the policy: unknown {sorted(unknown)[:5]}, missing trained "
                        f"{sorted(missing & trained_names(policy))[:5]}")
-    policy.load_state_dict({name: torch.from_numpy(np.array(value)) for name, value in weights.items()},
-                           strict=not missing)
+    policy.load_state_dict({name: as_tensor(value) for name, value in weights.items()}, strict=not missing)

@@ -16,13 +16,13 @@ STEPS = 6  # the checkpoint's env.max_episode_steps: short episodes keep the tes
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     from embodied_rl.models import build_policy
-    from embodied_rl.workers.weights import weights_to_numpy
+    from embodied_rl.workers.weights import host_weights
 
     spec = dict(name="mlp", obs_dim=35, action_dim=8, hidden_sizes=[16], init_log_std=-0.5)
     torch.manual_seed(0)
     policy = build_policy(**spec)
     config_yaml = f"task: maniskill_pushcube\nenv:\n  max_episode_steps: {STEPS}\n"
-    path = save_checkpoint(tmp_path_factory.mktemp("run") / "checkpoints", 1, weights_to_numpy(policy), b"",
+    path = save_checkpoint(tmp_path_factory.mktemp("run") / "checkpoints", 1, host_weights(policy), b"",
                            {"iteration": 1, "policy_spec": spec}, config_yaml, keep_last=1)
     return path, policy
 
@@ -99,13 +99,13 @@ def test_a_checkpoint_of_another_task_is_refused(checkpoint, tmp_path, capsys):
 def test_a_chunking_policy_runs_each_chunk_open_loop(tmp_path):
     from embodied_rl.demos import load_demos
     from embodied_rl.models import build_policy
-    from embodied_rl.workers.weights import weights_to_numpy
+    from embodied_rl.workers.weights import host_weights
 
     spec = dict(name="mlp", obs_dim=35, action_dim=8, hidden_sizes=[16], init_log_std=-0.5, action_chunk=3)
     torch.manual_seed(1)
     policy = build_policy(**spec)
     config_yaml = f"task: maniskill_pushcube\nenv:\n  max_episode_steps: {STEPS}\n"
-    path = save_checkpoint(tmp_path / "run" / "checkpoints", 1, weights_to_numpy(policy), b"",
+    path = save_checkpoint(tmp_path / "run" / "checkpoints", 1, host_weights(policy), b"",
                            {"iteration": 1, "policy_spec": spec}, config_yaml, keep_last=1)
     assert _demos(tmp_path / "demos", path, "--episodes", "1") == 0
     demos = load_demos(next((tmp_path / "demos" / "maniskill_pushcube").iterdir()))

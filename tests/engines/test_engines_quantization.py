@@ -30,7 +30,7 @@ def test_the_int8_copy_quantises_every_linear_and_leaves_the_model_in_full_preci
 
 def test_a_generation_worker_samples_from_a_fresh_int8_copy_after_each_weight_update():
     from embodied_rl.workers.generation_worker import GenerationWorker
-    from embodied_rl.workers.weights import weights_to_numpy
+    from embodied_rl.workers.weights import host_weights
 
     worker = GenerationWorker.__new__(GenerationWorker)  # the worker's logic in this process, without Ray
     worker.model, worker.tokenizer = build_tiny_causal_lm("tiny", seed=0)
@@ -38,7 +38,7 @@ def test_a_generation_worker_samples_from_a_fresh_int8_copy_after_each_weight_up
     worker._build_engine()
     worker.policy_version = 0
     new_model, tokenizer = build_tiny_causal_lm("tiny", seed=5)
-    assert worker.load_weights((weights_to_numpy(new_model), 7)) == 7
+    assert worker.load_weights((host_weights(new_model), 7)) == 7
     questions = ["12+30", "7-3", "45+45"]
     answers = worker.generate(questions, dict(max_new_tokens=6, temperature=0.0))
     expected = HFGenerationEngine(quantized_copy(new_model, "int8"), tokenizer.pad_token_id,

@@ -33,7 +33,7 @@ def test_save_and_load_round_trip_in_safetensors(tmp_path):
         np.testing.assert_array_equal(loaded.weights[key], value)
     # The weights load back into a fresh policy of the same shape.
     policy = build_policy("mlp", obs_dim=5, action_dim=2, hidden_sizes=[8])
-    policy.load_state_dict({k: torch.from_numpy(v) for k, v in loaded.weights.items()})
+    policy.load_state_dict(dict(loaded.weights))  # tensors of the dtype they were saved in
 
 
 def test_only_the_last_checkpoints_are_kept_and_a_run_dir_resolves_to_the_latest(tmp_path):

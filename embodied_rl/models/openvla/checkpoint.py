@@ -292,7 +292,7 @@ def _published_config(policy) -> dict:
         "text_config": language_model_text_config(config.language), "llm_max_length": config.language.max_positions,
         "pad_token_id": config.language.tokenizer_vocab_size, "pad_to_multiple_of": 64,
         "n_action_bins": config.n_action_bins, "norm_stats": {"embodied_rl": stats},
-        "torch_dtype": str(policy.dtype).replace("torch.", ""),
+        "torch_dtype": str(policy.compute_dtype).replace("torch.", ""),
         "embodied_rl": {"config": config.to_dict(), "policy": type(policy).__name__, "action_dim": policy.action_dim,
                         "action_chunk": policy.action_chunk, "state_dim": policy.state_dim},
     }

@@ -11,7 +11,7 @@ from torch import nn
 
 from embodied_rl.models.openvla.action_tokenizer import ActionTokenizer
 from embodied_rl.models.openvla.configuration import SIZES, invalid_option, preset
-from embodied_rl.models.policy import Policy
+from embodied_rl.models.policy import Policy, full_precision, in_compute_dtype
 from embodied_rl.models.registry import POLICIES
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -121,16 +121,17 @@ class OpenVLAPolicy(Policy):
         self.register_buffer("state_std", torch.ones(self.state_dim))
         if loaded is not None:
             checkpoints.apply_loaded(self, loaded)
-        self.dtype = DTYPES[dtype]
+        self.compute_dtype = DTYPES[dtype]
         for module in (self.vision_backbone, self.projector, self.language_model, self.proprio_projector,
                        self.critic_head):
             if module is not None:
-                module.to(self.dtype)
+                module.to(self.compute_dtype)
         if self.action_queries is not None:
-            self.action_queries.data = self.action_queries.data.to(self.dtype)
+            self.action_queries.data = self.action_queries.data.to(self.compute_dtype)
         self.lora_rank = lora_rank
         if lora_rank:
             self._add_lora(lora_rank, lora_alpha if lora_alpha is not None else min(lora_rank, 16))
+        self.keep_trained_weights_in_float32()
         self.runner = LanguageModelRunner(self.language_model)
 
     # --- construction helpers ---------------------------------------------------------------------------------
@@ -192,10 +193,11 @@ class OpenVLAPolicy(Policy):
             state = obs.get("state")  # absent: a zero state
             state = torch.zeros(batch, self.state_dim, device=device) if state is None else state.float()
             state = (state - self.state_mean) / self.state_std
-            token = self.proprio_projector(state.to(self.dtype))[:, None]
+            token = self.proprio_projector(state.to(self.compute_dtype))[:, None]
             parts.append((token, torch.ones(batch, 1, dtype=torch.bool, device=device)))
         return left_pad(parts)
 
+    @full_precision
     def _action_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states ``[B, n, W]`` -> logits over the 256 action ids ``[B, n, 256]`` float32, divided by the
         temperature (the policy's distribution, for sampling, log-probs and SFT alike)."""
@@ -208,6 +210,7 @@ class OpenVLAPolicy(Policy):
         features = hidden_last.detach() if self.critic_detach else hidden_last
         return self.critic_head(features).float().squeeze(-1)
 
+    @in_compute_dtype
     def _forward(self, obs: dict, columns: torch.Tensor | None):
         """One forward pass: prompt plus the action positions (autoregressive: the embeddings of ``columns``
         ``[B, K * A]`` but the last, teacher forcing). Returns action logits ``[B, K * A, 256]`` and values
@@ -226,11 +229,12 @@ class OpenVLAPolicy(Policy):
             bidirectional = None
         embeds = torch.cat([embeds, actions], dim=1)
         valid = torch.cat([valid, torch.ones(actions.shape[:2], dtype=torch.bool, device=valid.device)], dim=1)
-        mask = attention_mask(valid, embeds.shape[1], bidirectional, self.dtype)
+        mask = attention_mask(valid, embeds.shape[1], bidirectional, self.compute_dtype)
         hidden = self.runner(embeds, mask, positions(valid))
         start = prompt if self.parallel_decoding else prompt - 1
         return self._action_logits(hidden[:, start:start + n]), self._value(hidden[:, prompt - 1])
 
+    @in_compute_dtype
     def _decode(self, obs: dict, deterministic: bool):
         """Autoregressive decoding with the KV cache: columns ``[B, K * A]``, token log-probs ``[B, K * A]``,
         values ``[B]``."""
@@ -239,7 +243,8 @@ class OpenVLAPolicy(Policy):
         embeds, valid = self._prompt(obs)
         cache = self.runner.new_cache(self.language_model)
         position = positions(valid)
-        hidden = self.runner(embeds, attention_mask(valid, embeds.shape[1], None, self.dtype), position, cache)
+        mask = attention_mask(valid, embeds.shape[1], None, self.compute_dtype)
+        hidden = self.runner(embeds, mask, position, cache)
         values = self._value(hidden[:, -1])
         position = position[:, -1:]
         columns, logps = [], []
@@ -254,7 +259,7 @@ class OpenVLAPolicy(Policy):
             valid = torch.cat([valid, torch.ones_like(valid[:, :1])], dim=1)
             position = position + 1
             token = embed(column[:, None] + self.action_tokenizer.first_id)
-            hidden = self.runner(token, attention_mask(valid, 1, None, self.dtype), position, cache)
+            hidden = self.runner(token, attention_mask(valid, 1, None, self.compute_dtype), position, cache)
         return torch.stack(columns, dim=1), torch.stack(logps, dim=1), values
 
     @staticmethod

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from embodied_rl.models.policy import Policy, mlp
+from embodied_rl.models.policy import Policy, in_compute_dtype, mlp
 from embodied_rl.models.outputs import STORED_PREFIX
 from embodied_rl.models.pi0 import flow_sde
 from embodied_rl.models.pi0.configuration import SIZES, Pi0Settings
@@ -84,7 +84,7 @@ class Pi0Policy(Policy):
         self.state_dim, self.action_dim, self.action_chunk = int(obs_dim), int(action_dim), int(action_chunk)
         self.cameras = int(obs_shapes["rgb"][2]) // 3
         self.checkpoint = checkpoint
-        torch_dtype = getattr(torch, self.settings.dtype)
+        torch_dtype = self.compute_dtype = getattr(torch, self.settings.dtype)
         if checkpoint:
             from embodied_rl.models.pi0.checkpoint import load_pi0_model, has_tokenizer
 
@@ -131,6 +131,7 @@ class Pi0Policy(Policy):
             load_side_state(self, checkpoint)
         if self.settings.lora_rank:
             self._add_lora()
+        self.keep_trained_weights_in_float32()
 
     # ----------------------------------------------------------------------------------------------- LoRA, weights
     def _add_lora(self) -> None:
@@ -185,7 +186,7 @@ class Pi0Policy(Policy):
 
     # --------------------------------------------------------------------------------------------------- network
     def _dtype(self) -> torch.dtype:
-        return self.pi0.action_out_proj.weight.dtype
+        return self.compute_dtype
 
     def _device(self) -> torch.device:
         return self.pi0.action_out_proj.weight.device
@@ -209,6 +210,7 @@ class Pi0Policy(Policy):
             padded[:, :self.state_dim] = (state - self.state_mean) / self.state_std
         return padded
 
+    @in_compute_dtype
     def _prefix(self, obs: dict):
         """Runs SigLIP + Gemma on images and prompt once. -> ``(cache, attention_mask [B, P], prefix_length,
         pooled [B, text_width], state [B, max_state_dim])``."""
@@ -237,6 +239,7 @@ class Pi0Policy(Policy):
         features = pooled.detach() if self.settings.critic_detach else pooled
         return self.critic_head(torch.cat([features, state[:, :self.state_dim]], -1)).squeeze(-1)
 
+    @in_compute_dtype
     def _velocity(self, prefix, x: torch.Tensor, t) -> tuple[torch.Tensor, torch.Tensor]:
         """Velocity of the noisy chunk ``x`` ``[B, K, A_model]`` at time ``t`` (float or ``[B]``) ->
         ``(v [B, K, A_model] float32, expert hidden [B, K, expert_width])``."""

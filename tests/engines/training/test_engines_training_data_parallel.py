@@ -63,7 +63,7 @@ def train(data_parallel: dict | None):
         metrics.append(worker.rl_update(batch, lr=1e-3, temperature=1.0, update_rounds=rounds,
                                         num_minibatches=minibatches))
     weights = worker.get_weights()
-    return worker, None if weights is None else weights[0], metrics
+    return worker, None if weights is None else {k: v.numpy() for k, v in weights[0].items()}, metrics
 
 
 def start_ranks(out: Path, backend: str, store, world_size: int = 2) -> list[subprocess.Popen]:
