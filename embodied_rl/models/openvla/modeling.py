@@ -137,7 +137,7 @@ def language_model_text_config(config: LanguageConfig) -> dict:
             "rope_theta": config.rope_theta, "tie_word_embeddings": False, "pad_token_id": None}
 
 
-def _cache_keyword(model: nn.Module) -> str:
+def cache_keyword(model: nn.Module) -> str:
     """transformers >= 5.2x names the KV cache argument ``cache``; older versions ``past_key_values``."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -163,7 +163,7 @@ class LanguageModelRunner:
 
     def __init__(self, language_model: nn.Module):
         self.decoder = language_model.model
-        self.cache_keyword = _cache_keyword(self.decoder)
+        self.cache_keyword = cache_keyword(self.decoder)
 
     def new_cache(self, language_model: nn.Module):
         from transformers import DynamicCache

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from embodied_rl.models.openvla.modeling import cache_keyword
 from embodied_rl.models.policy import Policy, in_compute_dtype, mlp
 from embodied_rl.models.outputs import STORED_PREFIX
 from embodied_rl.models.pi0 import flow_sde
@@ -248,7 +249,7 @@ class Pi0Policy(Policy):
         time = torch.as_tensor(t, dtype=torch.float32, device=x.device).expand(batch).contiguous()
         dtype = self._dtype()
         embeds = self.pi0.embed_action_time(state.to(dtype), x.to(dtype), time)
-        out = self.pi0.model(action_embeds=embeds, attention_mask=mask, cache=cache)
+        out = self.pi0.model(action_embeds=embeds, attention_mask=mask, **{cache_keyword(self.pi0.model): cache})
         cache.crop(prefix_length - cache.get_seq_length())  # keep only the prefix: the next step does not see this one
         hidden = out.last_hidden_state[:, -self.action_chunk:]
         return self.pi0.action_out_proj(hidden).float(), hidden
