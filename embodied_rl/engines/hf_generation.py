@@ -8,11 +8,19 @@ from embodied_rl.engines.generation import Generation, SamplingParams
 
 
 class HFGenerationEngine:
-    """Batched sampling from ``model`` (left-padded prompts); log-probs from the scores ``generate`` sampled from."""
+    """Batched sampling from ``model`` (left-padded prompts); log-probs from the scores ``generate`` sampled from.
+
+    The distribution is the ``SamplingParams`` alone: the checkpoint's own ``generation_config.json`` (a repetition
+    penalty, top-k, a minimum length, ...) is replaced by a neutral one, since the trainer scores responses under
+    the plain softmax at the sampling temperature and any other processor would make the two disagree."""
 
     def __init__(self, model, pad_id: int, eos_id: int):
+        from transformers import GenerationConfig
+
         self.model = model.eval()
         self.pad_id, self.eos_id = pad_id, eos_id
+        self.model.generation_config = GenerationConfig(pad_token_id=pad_id, eos_token_id=eos_id, top_k=None,
+                                                        top_p=None, temperature=None, do_sample=False)
 
     @property
     def device(self) -> torch.device:

@@ -35,8 +35,9 @@ def make_generation_engine(name: str, model=None, tokenizer=None, checkpoint_dir
         if options:
             raise ValueError(f"generation engine 'hf' takes no options, got {', '.join(options)}")
         from embodied_rl.engines.hf_generation import HFGenerationEngine
+        from embodied_rl.models.causal_lm.chat import padding_id
 
-        return HFGenerationEngine(model, tokenizer.pad_token_id, tokenizer.eos_token_id)
+        return HFGenerationEngine(model, padding_id(tokenizer), tokenizer.eos_token_id)
     engine_package_imports(name)
     if checkpoint_dir is None:
         if model is None or tokenizer is None:

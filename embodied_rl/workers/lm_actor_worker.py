@@ -22,7 +22,7 @@ import torch
 
 from embodied_rl.algorithms import text_rl
 from embodied_rl.engines.training import DataParallelConfig, DataParallelEngine
-from embodied_rl.models.causal_lm.chat import answer_ids, build_lm, prompt_ids
+from embodied_rl.models.causal_lm.chat import answer_ids, build_lm, padding_id, prompt_ids
 from embodied_rl.models.causal_lm.logprobs import response_logprobs
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
@@ -36,8 +36,11 @@ class LMActorWorker(Worker):
         super().__init__(**kwargs)
         torch.manual_seed(seed)
         self.model, self.tokenizer = build_lm(model["name"], model.get("seed", 0))
-        self.model.to(self.device).train()
+        # Mixed precision: a bf16 checkpoint trains on float32 master weights, its forward under autocast to bf16
+        self.compute_dtype = self.model.dtype
+        self.model.to(device=self.device, dtype=torch.float32).train()
         parallel = {"rank": self.rank, "world_size": self.world_size, **data_parallel} if data_parallel else {}
+        self.mixed_precision = self.compute_dtype != torch.float32 and parallel.get("backend") != "megatron"
         if parallel.get("backend") == "megatron":  # tensor parallel: self.model becomes this rank's Megatron slice
             from embodied_rl.engines.training.megatron_engine import MegatronLlamaEngine
 
@@ -52,7 +55,7 @@ class LMActorWorker(Worker):
         self.generator = torch.Generator().manual_seed(seed + 1000)
         self.reference = None
         self.policy_version = 0
-        self.pad_id = self.tokenizer.pad_token_id
+        self.pad_id = padding_id(self.tokenizer)
         # Between its turns on a device shared with generation: the model, its gradients and AdamW's state go to
         # host memory (the KL reference, made at the first update that needs it, stays).
         self.offloader = Offloader([self.model], [self.optimizer])
@@ -81,10 +84,18 @@ class LMActorWorker(Worker):
         state = self.engine.full_state_dict() if self.engine.distributed else self.model.state_dict()
         if state is None:
             return None
-        state = {name: value.detach() for name, value in state.items()}
+        # in the dtype the generation workers hold the model in (the checkpoint's): half the bytes of the masters
+        state = {name: value.detach().to(self.compute_dtype) if value.is_floating_point() else value.detach()
+                 for name, value in state.items()}
         state[POLICY_VERSION_KEY] = torch.tensor(self.policy_version, dtype=torch.int64)
         self.collectives[collective].broadcast_state_dict(state, src=0)
         return self.policy_version
+
+    def _logprobs(self, model, prompts: list[list[int]], responses: list[list[int]], temperature: float = 1.0):
+        """``response_logprobs`` (``[B, L]`` log-probs and mask) with the forward in the checkpoint's dtype:
+        autocast over the float32 master weights (none for a float32 model or under Megatron, which is fp32)."""
+        with torch.autocast(device_type=self.device.type, dtype=self.compute_dtype, enabled=self.mixed_precision):
+            return response_logprobs(model, prompts, responses, self.pad_id, temperature)
 
     def _step(self, loss: torch.Tensor, lr: float, max_grad_norm: float) -> float:
         for group in self.optimizer.param_groups:
@@ -127,8 +138,8 @@ class LMActorWorker(Worker):
                                                          generator=self.generator).tolist()]
             rows, scale = self._local_rows(rows_drawn, lambda idx: sum(counts[i] for i in idx))
             rows = rows or rows_drawn[:1]  # an empty slice still runs the collective forward and backward, at 0
-            logp, mask = response_logprobs(self.engine.module, [examples[i]["prompt_ids"] for i in rows],
-                                           [examples[i]["token_ids"] for i in rows], self.pad_id)
+            logp, mask = self._logprobs(self.engine.module, [examples[i]["prompt_ids"] for i in rows],
+                                        [examples[i]["token_ids"] for i in rows])
             mask = mask * token_mask([masks[i] for i in rows], mask.shape[1]).to(mask.device)
             loss = -(logp * mask).sum() / mask.sum()
             if scale is not None:
@@ -182,23 +193,23 @@ class LMActorWorker(Worker):
         needed = sorted({i for round_plan in plan for idx, _ in round_plan for i in idx} or {0})
         at = {row: j for j, row in enumerate(needed)}
         with torch.no_grad():
-            old, mask = response_logprobs(self.model, [prompts[i] for i in needed], [responses[i] for i in needed],
-                                          self.pad_id, temperature)
+            old, mask = self._logprobs(self.model, [prompts[i] for i in needed], [responses[i] for i in needed],
+                                       temperature)
             if loss_mask is not None:
                 mask = mask * token_mask([loss_mask[rows[i]] for i in needed], mask.shape[1]).to(mask.device)
             ref = None
             if config.kl_coef > 0:
                 if self.reference is None:  # the model as RL starts (the SFT result)
                     self.reference = self.engine.frozen_copy()
-                ref, _ = response_logprobs(self.reference, [prompts[i] for i in needed],
-                                           [responses[i] for i in needed], self.pad_id, temperature)
+                ref, _ = self._logprobs(self.reference, [prompts[i] for i in needed],
+                                        [responses[i] for i in needed], temperature)
         sums: dict = {}
         steps = weight_total = 0
         for round_plan in plan:
             for local, scale in round_plan:
                 idx = local or [needed[0]]  # an empty slice still runs the collective forward and backward, at 0
-                logp, _ = response_logprobs(self.engine.module, [prompts[i] for i in idx],
-                                            [responses[i] for i in idx], self.pad_id, temperature)
+                logp, _ = self._logprobs(self.engine.module, [prompts[i] for i in idx],
+                                         [responses[i] for i in idx], temperature)
                 sel, w = [at[i] for i in idx], logp.shape[1]
                 loss, loss_metrics = text_rl.loss(logp, old[sel][:, :w], mask[sel][:, :w], adv[idx], config,
                                                   ref[sel][:, :w] if ref is not None else None, rollout[idx][:, :w])
@@ -279,7 +290,7 @@ class LMActorWorker(Worker):
         from embodied_rl.models.causal_lm.loading import save_causal_lm
 
         model = self.engine.full_module() if self.engine.distributed else self.model
-        return None if model is None else str(save_causal_lm(model, self.tokenizer, directory))
+        return None if model is None else str(save_causal_lm(model, self.tokenizer, directory, self.compute_dtype))
 
 
 def trained_tokens(loss_mask: list[list[int]], lengths: torch.Tensor) -> torch.Tensor:

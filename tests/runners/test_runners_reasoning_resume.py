@@ -1,13 +1,14 @@
 """A reasoning run resumed from a checkpoint goes on bit for bit as if it had never stopped: the same metrics rows
 and the same final weights as the uninterrupted run (weights, AdamW moments, the KL reference, the RNGs and the
-env's prompt sampler all come back)."""
+env's prompt sampler all come back). Also for a Qwen2 published in bf16 (float32 master weights in the checkpoint,
+the saved model in bf16) and a Llama-3-style model without a pad token."""
 
 import json
 import shutil
 
-import numpy as np
 import pytest
-from safetensors.numpy import load_file
+import torch
+from safetensors.torch import load_file
 
 from conftest import run_cli
 
@@ -30,14 +31,24 @@ MULTI_TURN = ["env.count=60", "env.heldout_count=4", "sft.steps=3", "sft.batch_s
 
 
 @pytest.mark.parametrize("task, overrides", [("math_arith", SMALL),
-                                             pytest.param("math_tool", MULTI_TURN, marks=pytest.mark.slow)])
+                                             pytest.param("math_tool", MULTI_TURN, marks=pytest.mark.slow),
+                                             pytest.param("math_arith", SMALL + ["model.name=qwen2"],
+                                                          marks=pytest.mark.slow),
+                                             pytest.param("math_arith", SMALL + ["model.name=llama3"],
+                                                          marks=pytest.mark.slow)])
 def test_a_resumed_reasoning_run_continues_bit_for_bit(tmp_path, cluster, task, overrides):
     from embodied_rl.config.reasoning import load_reasoning_config
     from embodied_rl.runners.reasoning import ReasoningRunner
     from embodied_rl.runners.reasoning_multi_turn import MultiTurnReasoningRunner
     from embodied_rl.utils.checkpoint import load_checkpoint
 
+    from embodied_rl.models.causal_lm.tiny_checkpoints import ARCHITECTURES, write_tiny_checkpoint
+
     Runner = MultiTurnReasoningRunner if task == "math_tool" else ReasoningRunner
+    published = [o.split("=")[1] for o in overrides if o.split("=")[-1] in ARCHITECTURES]
+    if published:  # a bf16 checkpoint in a published layout, made here
+        directory = write_tiny_checkpoint(tmp_path / published[0], published[0])
+        overrides = [o for o in overrides if not o.startswith("model.name=")] + [f"model.name={directory}"]
     config = load_reasoning_config(task, None, overrides)
     whole = tmp_path / "whole"
     Runner(config, whole).run()
@@ -61,7 +72,13 @@ def test_a_resumed_reasoning_run_continues_bit_for_bit(tmp_path, cluster, task, 
         str(crashed / "model" / "model.safetensors"))
     assert expected.keys() == got.keys()
     for name in expected:
-        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+        assert torch.equal(got[name], expected[name]), name
+    if published:  # saved as published (bf16); the checkpoint holds the float32 master weights
+        assert {v.dtype for v in got.values()} == {torch.bfloat16}
+        masters = load_file(str(whole / "checkpoints" / "iter_000004" / "model.safetensors"))
+        assert {v.dtype for v in masters.values()} == {torch.float32}
+        rows = [r for r in _rows(whole) if "train/rollout_trainer_logp_diff" in r]
+        assert rows and max(r["train/rollout_trainer_logp_diff"] for r in rows) < 5e-3  # bf16 sampler, fp32 masters
 
 
 @pytest.mark.parametrize("make, fragment", [

@@ -16,6 +16,16 @@ def answer_ids(tokenizer, answer: str) -> list[int]:
     return list(tokenizer(answer, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
 
 
+def padding_id(tokenizer) -> int:
+    """The id that fills padded positions: the tokenizer's pad token, else its end of sequence (Llama 3 and many base
+    checkpoints have no pad token; padded positions are masked out, so any id does)."""
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has neither a pad nor an end-of-sequence token")
+    return int(tokenizer.eos_token_id)
+
+
 def build_lm(name: str, seed: int = 0):
     """``(model, tokenizer)``: ``tiny`` / ``small`` built in code, anything else a local checkpoint directory."""
     from embodied_rl.models.causal_lm.loading import TINY_SIZES, build_tiny_causal_lm, load_causal_lm

@@ -56,10 +56,20 @@ def load_tokenizer(name: str | Path):
     return AutoTokenizer.from_pretrained(directory, local_files_only=True)
 
 
-def save_causal_lm(model, tokenizer, directory: str | Path) -> Path:
+def save_causal_lm(model, tokenizer, directory: str | Path, dtype=None) -> Path:
     """Write ``model`` and ``tokenizer`` in the Hugging Face layout (safetensors), loadable by ``load_causal_lm``
-    and by ``transformers`` itself."""
+    and by ``transformers`` itself. ``dtype`` (a ``torch.dtype``): the weights written in it and declared in
+    ``config.json`` (a trainer's float32 master weights saved as the bf16 checkpoint they came from); None: as held."""
+    import json
+
     directory = Path(directory)
-    model.save_pretrained(directory, safe_serialization=True)
+    state = None if dtype is None else {k: v.to(dtype) if v.is_floating_point() else v
+                                        for k, v in model.state_dict().items()}
+    model.save_pretrained(directory, safe_serialization=True, state_dict=state)
+    if dtype is not None:
+        config_file = directory / "config.json"
+        config = json.loads(config_file.read_text())
+        config["dtype"] = str(dtype).removeprefix("torch.")
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     tokenizer.save_pretrained(directory)
     return directory
