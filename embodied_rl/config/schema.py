@@ -65,6 +65,18 @@ class RolloutConfig:
 
 
 @dataclass
+class ActorConfig:
+    """How the actor computes its updates (memory, not the algorithm: the gradients are the same)."""
+
+    micro_batch_size: Optional[int] = None
+    """Rows per forward/backward pass: each minibatch is computed in micro-batches of this many rows with its
+    gradient accumulated (the same gradient as one pass; peak activations of one micro-batch). None: one pass."""
+    activation_checkpointing: bool = False
+    """Recompute the policy's transformer layers in the backward pass instead of keeping their activations
+    (a VLA's language model and vision tower; about a third more compute)."""
+
+
+@dataclass
 class PolicyConfig:
     name: str = "mlp"
     """A registered policy."""
@@ -199,6 +211,7 @@ class TrainConfig:
     """How workers exchange data: auto (large arrays through shared memory), socket, shared_memory."""
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     algorithm: Any = field(default_factory=lambda: _default_algorithm())
     """The algorithm section: ``algorithm.name`` picks one from the registry, its other keys are that algorithm's
@@ -245,6 +258,8 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
     _require(c.rollout.num_workers >= 1, "rollout.num_workers", c.rollout.num_workers, "an integer >= 1")
     _require(c.rollout.steps_per_iteration >= 1, "rollout.steps_per_iteration", c.rollout.steps_per_iteration,
              "an integer >= 1")
+    _require(c.actor.micro_batch_size is None or c.actor.micro_batch_size >= 1, "actor.micro_batch_size",
+             c.actor.micro_batch_size, "null (one pass per minibatch) or an integer >= 1")
     _require(len(c.policy.hidden_sizes) >= 1 and all(h >= 1 for h in c.policy.hidden_sizes),
              "policy.hidden_sizes", list(c.policy.hidden_sizes), "a non-empty list of positive integers")
     if purpose == "train":
@@ -346,6 +361,10 @@ def _validate_policy(c: TrainConfig) -> None:
         takers = [name for name in POLICIES.names() if token_level(name)]
         raise ConfigError(f"algorithm.ratio_level='token' needs a policy with token log-probs ({', '.join(takers)}); "
                           f"policy.name={c.policy.name!r} has one log-prob per decision (ratio_level: decision)")
+    if c.actor.activation_checkpointing and not POLICIES.get(c.policy.name).checkpointable_layers:
+        takers = [name for name in POLICIES.names() if POLICIES.get(name).checkpointable_layers]
+        raise ConfigError(f"actor.activation_checkpointing=true needs a policy with transformer layers "
+                          f"({', '.join(takers)}); policy.name={c.policy.name!r} has none")
     modes = observation_modes(c.policy.name)
     if c.env.obs_mode not in modes:
         takers = [name for name in POLICIES.names() if c.env.obs_mode in observation_modes(name)]

@@ -36,6 +36,28 @@ class Policy(nn.Module):
     observation_modes: tuple[str, ...] = ("state",)
     sizes: tuple[str, ...] = ("tiny",)
     compute_dtype: torch.dtype = torch.float32
+    checkpointable_layers: bool = False
+    """Whether ``enable_activation_checkpointing`` has transformer layers to recompute (the VLAs)."""
+
+    def enable_activation_checkpointing(self) -> int:
+        """Recompute the layers of every Hugging Face model inside this policy in the backward pass instead of
+        keeping their activations (``gradient_checkpointing_enable``, non-reentrant: works with frozen inputs and
+        LoRA). Returns how many models it was enabled on."""
+        enabled: list[str] = []
+        for name, module in self.named_modules():
+            inside = any(name.startswith(outer + ".") for outer in enabled)  # the outer model enables its parts
+            if inside or not getattr(module, "supports_gradient_checkpointing", False):
+                continue
+            if hasattr(module, "activation_checkpointing_enable"):  # transformers >= 5.2x
+                module.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            elif hasattr(module, "gradient_checkpointing_enable"):
+                module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                continue
+            enabled.append(name)
+        if not enabled:
+            raise ValueError(f"{type(self).__name__} has no transformer layers to checkpoint")
+        return len(enabled)
 
     def keep_trained_weights_in_float32(self) -> None:
         """Store every parameter that requires gradients in float32 (the master weights); frozen ones keep their

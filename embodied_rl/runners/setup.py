@@ -491,6 +491,8 @@ def _start_groups(config: TrainConfig, task, channel: Channel, cpus: float, plac
                             prestarted=early["actor"],
                             start_timeout_s=fault.start_timeout_s, trajectory_timeout_s=fault.hang_timeout_s,
                             algorithm=config.algorithm, channel=channel, seed=config.seed,
+                            micro_batch_size=config.actor.micro_batch_size,
+                            activation_checkpointing=config.actor.activation_checkpointing,
                             torch_threads=actor_torch_threads(config), cpu_slots=cores("actor"),
                             gpu_slots=gpus("actor"),
                             node_ids=node_ids_for(config, "actor"))

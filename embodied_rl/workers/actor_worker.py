@@ -22,6 +22,7 @@ from embodied_rl.runtime.channel import ChannelTimeout
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.utils.checkpoint import read_trainer_state
 from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
+from embodied_rl.workers.micro_batches import minibatch_loss
 from embodied_rl.workers.trajectory_buffer import concat_obs
 from embodied_rl.workers.weights import load_host_weights, weights_template, host_weights
 
@@ -36,9 +37,11 @@ class ActorWorker(Worker):
     ``embodied_rl.algorithms.embodied``): RL updates on trajectories from the channel, or SFT on demonstrations."""
 
     def __init__(self, policy: dict, algorithm, channel, seed: int = 0,
-                 trajectory_timeout_s: float = TRAJECTORY_TIMEOUT_S, **kwargs):
+                 trajectory_timeout_s: float = TRAJECTORY_TIMEOUT_S, micro_batch_size: int | None = None,
+                 activation_checkpointing: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.trajectory_timeout_s = trajectory_timeout_s
+        self.micro_batch_size = micro_batch_size
         self.action_dim = int(policy["action_dim"])
         self.held: list[Trajectory] = []  # trajectories of later sampling rounds than the one being trained
         self.stale_dropped = 0  # trajectories of other rounds than the one they reached the actor for, dropped
@@ -46,6 +49,8 @@ class ActorWorker(Worker):
         self.pending_env_steps = 0  # env steps of the rounds in ``pending``
         torch.manual_seed(seed + self.rank)
         self.policy = build_policy(**policy).to(self.device)
+        if activation_checkpointing:
+            self.policy.enable_activation_checkpointing()
         self.algorithm = ALGORITHMS.get(algorithm.name)(algorithm)
         self.needs = self.algorithm.needs(algorithm)
         self.optimizer = torch.optim.Adam(self._parameter_groups(), lr=algorithm.lr, eps=1e-5)
@@ -228,13 +233,13 @@ class ActorWorker(Worker):
             for start in range(0, n - minibatch + 1, minibatch):
                 idx = order[start:start + minibatch].to(self.device)
                 rows = select_rows(samples, idx)
-                loss, loss_metrics = self.algorithm.loss(self.algorithm.evaluate(self.policy, rows), rows)
+                loss, loss_metrics, backward = self._minibatch_loss(rows, len(idx))
                 # Checked before every step (as CleanRL does): one epoch of many small minibatches can
                 # otherwise carry the policy far past the trust region before an epoch-level check sees it.
                 if cfg.target_kl is not None and loss_metrics["approx_kl"] > cfg.target_kl:
                     stopped_early = True
                     break
-                self._step(loss)
+                self._step(backward)
                 updates += 1
                 for name, value in loss_metrics.items():
                     sums[name] = sums.get(name, 0.0) + value
@@ -248,9 +253,16 @@ class ActorWorker(Worker):
         for group in self.optimizer.param_groups:
             group["lr"] = self.algorithm.learning_rate(progress) * group["lr_scale"]
 
-    def _step(self, loss: torch.Tensor) -> None:
+    def _minibatch_loss(self, rows: dict, count: int):
+        """``(loss, metrics, backward)`` of a minibatch of ``count`` rows, in micro-batches of
+        ``micro_batch_size`` rows when set (``workers/micro_batches.py``: the same gradient)."""
+        return minibatch_loss(lambda part: self.algorithm.evaluate(self.policy, part), self.algorithm.loss, rows,
+                              count, self.micro_batch_size)
+
+    def _step(self, backward) -> None:
+        """Zero the gradients, ``backward()`` (fills them), clip, step."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.algorithm.config.max_grad_norm)
         self.optimizer.step()
 
@@ -305,8 +317,8 @@ class ActorWorker(Worker):
             self.supervised_steps += 1
             idx = torch.randint(n, (batch_size,), generator=self.generator).to(self.device)
             rows = select_rows(self.demonstrations, idx)
-            loss, loss_metrics = self.algorithm.loss(self.algorithm.evaluate(self.policy, rows), rows)
-            self._step(loss)
+            loss, loss_metrics, backward = self._minibatch_loss(rows, batch_size)
+            self._step(backward)
             for name, value in loss_metrics.items():
                 sums[name] = sums.get(name, 0.0) + value
         self.policy_version += 1

@@ -58,6 +58,7 @@ class OpenVLAPolicy(Policy):
     """
 
     observation_modes = ("rgb",)
+    checkpointable_layers = True
     sizes = SIZES
     parallel_decoding = False
     default_proprio = False
