@@ -51,5 +51,9 @@ class InstructedEnv:
         final_obs = obs if batch.final_obs is batch.obs else with_instruction(batch.final_obs, self.instruction)
         return dataclasses.replace(batch, obs=obs, final_obs=final_obs)
 
+    def restore(self, state) -> Observation:
+        """The wrapped env's ``restore`` (a checkpoint's env state): its observations, with the instruction."""
+        return with_instruction(self.wrapped.restore(state), self.instruction)
+
     def close(self) -> None:
         self.wrapped.close()
