@@ -113,7 +113,8 @@ class ProprioProjector(nn.Module):
 
 def build_language_model(config: LanguageConfig) -> nn.Module:
     """A randomly initialised ``LlamaForCausalLM`` or ``Qwen2ForCausalLM`` of ``config``'s sizes (no download;
-    eager attention, untied embeddings as Llama-2)."""
+    SDPA attention (fused kernels where the device has them; the additive 4D mask of the action block is
+    supported), untied embeddings as Llama-2)."""
     import transformers
 
     common = dict(vocab_size=config.vocab_size, hidden_size=config.width, intermediate_size=config.mlp,
@@ -124,7 +125,7 @@ def build_language_model(config: LanguageConfig) -> nn.Module:
         lm_config, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
     else:
         lm_config, cls = transformers.LlamaConfig(**common), transformers.LlamaForCausalLM
-    lm_config._attn_implementation = "eager"
+    lm_config._attn_implementation = "sdpa"
     return cls(lm_config)
 
 

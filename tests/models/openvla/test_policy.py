@@ -124,3 +124,20 @@ def test_temperature_sharpens_the_sampling_distribution_but_keeps_its_argmax(nam
     assert (cold.evaluate({**obs, **stored}, actions)[0] - logp).abs().max() < 1e-5
     with pytest.raises(ValueError, match="temperature=0"):
         make_policy(name, temperature=0)
+
+
+def test_sdpa_attention_gives_eager_attentions_result_under_the_action_block_mask():
+    """The language model runs SDPA (fused kernels, no [B, heads, S, S] scores kept for the backward pass); with
+    OFT's additive mask (left padding, causal prompt, bidirectional action block) it equals eager attention."""
+    import copy
+
+    policy = make_policy("openvla_oft")
+    obs = make_obs(3)
+    with torch.no_grad():
+        logits, values = policy._forward(obs, None)
+        eager = copy.deepcopy(policy)
+        eager.language_model.config._attn_implementation = "eager"  # read by every layer at each forward
+        eager_logits, eager_values = eager._forward(obs, None)
+    assert policy.language_model.config._attn_implementation == "sdpa"
+    torch.testing.assert_close(logits, eager_logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(values, eager_values, rtol=1e-4, atol=1e-5)
