@@ -55,7 +55,8 @@ class VectorEnv(Protocol):
     max_episode_steps: int
 
     def reset(self, seed: int | None = None, state_ids: list[int] | None = None) -> Observation:
-        """Reset all envs; ``state_ids[i]`` picks env i's initial state (same id, same initial state)."""
+        """Reset all envs; ``state_ids[i]`` picks env i's initial state (same id, same initial state: envs of one id
+        start from the exact state of the first of them, see ``group_leaders``)."""
 
     def step(self, actions: np.ndarray, observe: bool = True) -> StepBatch:
         """Step all envs with float32 actions ``[N, A]`` (clipped to the action space). ``observe=False``: nobody
@@ -63,6 +64,13 @@ class VectorEnv(Protocol):
         repeat the last rendered ones; everything else (state, rewards, flags) is fresh."""
 
     def close(self) -> None: ...
+
+
+def group_leaders(state_ids) -> np.ndarray:
+    """For ``state_ids`` ``[N]``, the index of the first env with each env's id, int ``[N]`` (env i itself where it
+    is the first): the leader whose initial state the other envs of its id copy."""
+    _, first, inverse = np.unique(np.asarray(state_ids), return_index=True, return_inverse=True)
+    return first[inverse.reshape(-1)]
 
 
 def obs_rows(obs: Observation, index) -> Observation:

@@ -81,7 +81,10 @@ class EnvWorker(Worker):
         self.eval_envs: dict[int | None, object] = {}  # evaluation envs by time limit (None: the training envs')
         self.seconds = {"simulating_s": 0.0, "waiting_for_actions_s": 0.0}  # of the round so far: pop_seconds
         # Grouped resets (GRPO): env g of all ``total_envs`` (g = rank * envs_per_worker + i) belongs to group
-        # g // group_size; every episode of a group starts from one shared initial state.
+        # g // group_size; every episode of a group starts from one shared initial state: its envs share a seed
+        # (group_state_ids), and in one stage they start from a copy of the first one's state where the seed does
+        # not decide it (the GPU simulator draws a whole batch from one seed). Envs of a group in other stages or
+        # workers rely on the seed alone: exact on CPU, not on the GPU simulator.
         self.group_size = group_size
         self.num_groups = total_envs // group_size if group_size else 0
         self.stage_offsets = [int(o) for o in offsets]

@@ -7,7 +7,12 @@ import numpy as np
 from sim_envs.maniskill.options import ManiSkillOptions
 from sim_envs.maniskill.rendering import render_frames
 from sim_envs.maniskill.single import build_gym_env, find_max_episode_steps
-from sim_envs.vector_env import EpisodeTracker, StepBatch
+from sim_envs.vector_env import EpisodeTracker, StepBatch, group_leaders
+
+
+def _rows(state: dict, index):
+    """Rows ``index`` of every tensor of a (nested) state dict."""
+    return {k: _rows(v, index) if isinstance(v, dict) else v[index] for k, v in state.items()}
 
 
 def _numpy(value):
@@ -35,8 +40,26 @@ class GpuManiSkillEnvs:
         base = self.options.seed if seed is None else seed
         seeds = [int(s) for s in state_ids] if state_ids is not None else [base + i for i in range(self.num_envs)]
         obs, _ = self.vector_env.reset(seed=seeds)
+        leaders = group_leaders(seeds)
+        if (leaders != np.arange(self.num_envs)).any():
+            # ManiSkill seeds torch once, with seeds[0], and tasks draw every env's pose from it: envs of one id
+            # got different states. They take their leader's.
+            obs = self._start_from_leaders(leaders)
         self.tracker.reset_all()
         return _numpy(obs)
+
+    def _start_from_leaders(self, leaders: np.ndarray):
+        """Reset every env whose leader (``group_leaders`` ``[N]``) is another env to that env's state (rows of
+        ManiSkill's state dict, ``[M, D]`` per actor and articulation for the M such envs); returns the observation
+        of all envs ``[N, ...]`` (torch), recomputed from their states."""
+        import torch
+
+        device = self.vector_env.unwrapped.device
+        members = np.flatnonzero(leaders != np.arange(self.num_envs))  # ascending: ManiSkill writes rows in env order
+        states = _rows(self.vector_env.unwrapped.get_state_dict(), torch.as_tensor(leaders[members], device=device))
+        obs, _ = self.vector_env.reset(options=dict(env_idx=torch.as_tensor(members, device=device),
+                                                     reset_to_env_states=dict(env_states=states)))
+        return obs
 
     def reseed(self, seed: int, stride: int | None = None) -> None:
         """The seed of the next explicit ``reset`` (autoresets draw from ManiSkill's per-env generators)."""

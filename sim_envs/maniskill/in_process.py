@@ -6,7 +6,7 @@ import numpy as np
 
 from sim_envs.maniskill.options import ManiSkillOptions
 from sim_envs.maniskill.single import SingleCpuEnv
-from sim_envs.vector_env import EpisodeTracker, StepBatch, copy_obs, set_obs_row, stack_obs
+from sim_envs.vector_env import EpisodeTracker, StepBatch, copy_obs, group_leaders, set_obs_row, stack_obs
 
 
 class InProcessManiSkillEnvs:
@@ -33,7 +33,17 @@ class InProcessManiSkillEnvs:
         if seed is not None:
             self._episode_seeds = [seed + i for i in range(self.num_envs)]
         seeds = list(state_ids) if state_ids is not None else self._episode_seeds
-        obs = [self.envs[i].reset(seed=int(seeds[i])) for i in range(self.num_envs)]
+        leaders = group_leaders(seeds)
+        obs = []
+        for i, env in enumerate(self.envs):
+            obs.append(env.reset(seed=int(seeds[i])))
+            if leaders[i] != i:
+                # The shared seed gives envs of one id the leader's exact state where it decides the task's draw
+                # (CPU); where it did not, the env takes a copy (exact up to ~1e-8 m of round-off in the robot's
+                # root pose, which is why the seed goes first).
+                state = self.envs[leaders[i]].get_state()
+                if not _equal_states(env.get_state(), state):
+                    obs[-1] = env.reset(seed=int(seeds[i]), state=state)
         self._advance_seeds()
         self.tracker.reset_all()
         self._rows = list(obs)
@@ -116,6 +126,12 @@ class InProcessManiSkillEnvs:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def _equal_states(a: dict, b: dict) -> bool:
+    """Whether two ManiSkill state dicts hold the same tensors, bit for bit."""
+    return a.keys() == b.keys() and all(
+        _equal_states(a[k], b[k]) if isinstance(a[k], dict) else np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
 
 
 def _stack_rows(rows):

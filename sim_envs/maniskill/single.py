@@ -64,14 +64,22 @@ class SingleCpuEnv:
         self.episode_seed: int | None = None
         self.episode_actions: list[np.ndarray] = []
 
-    def reset(self, seed: int | None = None):
+    def reset(self, seed: int | None = None, state: dict | None = None):
+        """Start an episode from ``seed``; with ``state`` (another env's ``get_state()``), from that state in place
+        of the task's own draw (the seed still sets the episode's random generators). Returns its observation."""
+        options = None if state is None else {"reset_to_env_states": {"env_states": state}}
         try:
-            obs, _ = self.env.reset(seed=seed)
+            obs, _ = self.env.reset(seed=seed, options=options)
         except RuntimeError as error:
             raise translate_simulator_error(error) from error
         self.episode_seed = None if seed is None else int(seed)
         self.episode_actions = []
         return _unbatch(_to_numpy(obs))
+
+    def get_state(self) -> dict:
+        """The simulator's full state, ManiSkill's state dict: torch tensors ``[1, D]`` by actor and articulation
+        (pose, velocities; joint positions and velocities)."""
+        return self.env.unwrapped.get_state_dict()
 
     def replay(self, seed: int, actions: np.ndarray):
         """Rebuild an episode from its seed and its actions so far ``[t, A]`` (see ``episode_actions``); returns
