@@ -1,8 +1,18 @@
-"""The trainer's side of a sampled response: each response token's log-prob under the model being trained."""
+"""The trainer's side of a sampled response: each response token's log-prob under the model being trained.
+
+Hugging Face models are scored without full-vocabulary logits: the decoder's final hidden states of the response
+positions go through the output layer in chunks of ``CHUNK_TOKENS`` tokens, each chunk's float32 log-softmax
+recomputed in the backward pass (activation checkpointing) instead of kept, so no ``[B, T, V]`` tensor exists (V is
+~152k for Qwen: 2.4 GB per 4k tokens in float32). Other models (Megatron's) give their logits and are scored from
+them."""
 
 from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
+
+CHUNK_TOKENS = 1024
+"""Response tokens per output-layer chunk: at most ``CHUNK_TOKENS x V`` float32 logits exist at a time."""
 
 
 def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
@@ -19,16 +29,42 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
     for row, (prompt, response) in enumerate(zip(prompts, responses)):
         ids[row, :lengths[row]] = torch.tensor(prompt + response)
         attention[row, :lengths[row]] = 1
-    logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits.float()  # [B, W, V]
-    if temperature not in (0, 1):
-        logits = logits / temperature
-    logp = torch.zeros(len(prompts), longest, device=device)
+    scale = 1.0 if temperature in (0, 1) else float(temperature)
+    # the positions whose output predicts each response token (the logits at t predict token t + 1)
+    rows = torch.tensor([row for row, r in enumerate(responses) for _ in r], dtype=torch.long)
+    columns = torch.tensor([j for r in responses for j in range(len(r))], dtype=torch.long)
+    positions = torch.tensor([len(p) - 1 + j for p, r in zip(prompts, responses) for j in range(len(r))],
+                             dtype=torch.long)
+    targets = torch.tensor([t for r in responses for t in r], dtype=torch.long, device=device)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None:
+        out = model(input_ids=ids.to(device), attention_mask=attention.to(device), output_hidden_states=True,
+                    logits_to_keep=1)
+        hidden = out.hidden_states[-1][rows.to(device), positions.to(device)]  # [N, H], N response tokens
+        chosen = _chunked_logprobs(head, hidden, targets, scale)
+    else:
+        logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits  # [B, W, V]
+        picked = logits[rows.to(device), positions.to(device)].float() / scale
+        chosen = torch.log_softmax(picked, -1).gather(-1, targets[:, None]).squeeze(-1)
+    logp = torch.zeros(len(prompts), longest, device=device, dtype=chosen.dtype)
+    logp = logp.index_put((rows.to(device), columns.to(device)), chosen)
     mask = torch.zeros(len(prompts), longest, device=device)
-    for row, (prompt, response) in enumerate(zip(prompts, responses)):
-        if not response:
-            continue
-        start = len(prompt) - 1  # the logits at position t predict token t + 1
-        rows = torch.log_softmax(logits[row, start:start + len(response)], -1)
-        logp[row, :len(response)] = rows.gather(-1, torch.tensor(response, device=device)[:, None]).squeeze(-1)
-        mask[row, :len(response)] = 1
+    mask[rows.to(device), columns.to(device)] = 1
     return logp, mask
+
+
+def _token_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, scale: float) -> torch.Tensor:
+    """``[n]`` log-probs of ``targets`` ``[n]`` from final hidden states ``[n, H]``: float32 log-softmax."""
+    logits = head(hidden).float() / scale  # [n, V]
+    return torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)
+
+
+def _chunked_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, scale: float) -> torch.Tensor:
+    parts = []
+    for start in range(0, len(targets), CHUNK_TOKENS):
+        piece = slice(start, start + CHUNK_TOKENS)
+        if torch.is_grad_enabled():
+            parts.append(checkpoint(_token_logprobs, head, hidden[piece], targets[piece], scale, use_reentrant=False))
+        else:
+            parts.append(_token_logprobs(head, hidden[piece], targets[piece], scale))
+    return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
