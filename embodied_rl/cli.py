@@ -90,6 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("run_dir", help="the run directory (of a staged recipe: its newest stage's is used)")
     scale.add_argument("sizes", nargs="+", metavar="group=N", help="env=N and/or rollout=N")
 
+    plan = commands.add_parser("plan", help="memory of each component and whether each placement fits, before a "
+                               "run starts")
+    plan.add_argument("--task", help="a registered task (see `embodied-rl tasks`)")
+    plan.add_argument("--config", help="YAML file merged over the task's recipe")
+    plan.add_argument("--gpus", type=int, default=1, help="GPUs on the machine (default 1)")
+    plan.add_argument("--gpu-memory", default="80GB", help="memory of each GPU (default 80GB)")
+    plan.add_argument("--prompt-tokens", type=int, default=256, help="reasoning tasks: prompt length assumed for "
+                      "every sequence (default 256)")
+    plan.add_argument("--json", action="store_true", help="print one JSON object")
+    plan.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, as for train")
+
     commands.add_parser("tasks", help="list the registered tasks")
     commands.add_parser("doctor", help="check that the simulator and runtime work on this machine")
 
@@ -156,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
                                "1KB,1MB,100MB (default: all)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def _plan(args) -> int:
+    from embodied_rl.commands.plan import run_plan
+
+    return run_plan(args.task, args.config, args.overrides, args.gpus, args.gpu_memory, args.json,
+                    args.prompt_tokens)
 
 
 def _tasks(args) -> int:
@@ -259,7 +277,7 @@ def _bench_channel(args) -> int:
     return run_channel_bench(args.json, args.repeats, args.sizes)
 
 
-HANDLERS = {"tasks": _tasks, "doctor": _doctor, "demos": _demos, "scale": _scale, "train": _train, "eval": _eval,
+HANDLERS = {"plan": _plan, "tasks": _tasks, "doctor": _doctor, "demos": _demos, "scale": _scale, "train": _train, "eval": _eval,
             "bench env": _bench_env, "bench placement": _bench_placement, "bench render": _bench_render,
             "bench elastic": _bench_elastic, "bench overlap": _bench_overlap, "bench generation": _bench_generation,
             "bench text-async": _bench_text_async, "bench text-tis": _bench_text_tis, "bench channel": _bench_channel}

@@ -1,0 +1,41 @@
+"""``embodied-rl plan``: a run's memory per component and each placement's verdict, before anything starts; its
+figures follow the config (micro-batches shrink the activations) and bad input is one line with exit code 2."""
+
+import json
+
+import pytest
+
+from conftest import run_cli
+
+TINY_VLA = ["--task", "maniskill_pushcube", "--config", "configs/recipes/vla/pushcube_openvla_oft_tiny.yaml"]
+
+
+@pytest.mark.slow
+def test_plan_of_a_staged_vla_recipe_reports_each_stage_and_micro_batches_shrink_activations():
+    whole = run_cli("plan", *TINY_VLA, "--json")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    plans = json.loads(whole.stdout)
+    assert [p["algorithm"] for p in plans] == ["sft", "grpo"]
+    rl = plans[1]
+    actor, rollout = rl["components"]["actor"], rl["components"]["rollout"]
+    assert actor["weights"] == rollout["weights"] > 0 and actor["gradients"] > 0 and actor["optimizer"] == \
+        2 * actor["gradients"]  # Adam's two float32 moments of the trained weights
+    assert rl["placements"]["collocated"]["fits"]
+    micro = run_cli("plan", *TINY_VLA, "--json", "actor.micro_batch_size=2")
+    small = json.loads(micro.stdout)[1]
+    assert small["update_rows"] == 2 < rl["update_rows"]
+    assert small["components"]["actor"]["activations"] < actor["activations"]
+
+
+def test_plan_of_a_text_task_sizes_trainer_and_generation():
+    result = run_cli("plan", "--task", "math_arith", "--gpus", "2", "--gpu-memory", "24GB", "--prompt-tokens", "32")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "trainer rank:" in result.stdout and "generation:" in result.stdout
+    assert "disaggregated: 2 GPU(s)" in result.stdout and "fits" in result.stdout
+
+
+@pytest.mark.parametrize("args, key", [(["--gpu-memory", "lots"], "--gpu-memory"), (["--gpus", "0"], "--gpus"),
+                                       (["policy.name=nope"], "policy.name")])
+def test_bad_plan_input_is_one_line(args, key):
+    result = run_cli("plan", "--task", "maniskill_pushcube", *args)
+    assert result.returncode == 2 and key in result.stderr and "Traceback" not in result.stderr, result.stderr
