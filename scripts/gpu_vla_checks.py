@@ -128,12 +128,36 @@ def check(name: str, batch: int = 8, chunk: int = 8) -> dict:
         assert not differing, f"{len(differing)} tensors differ after the reload, e.g. {differing[:3]}"
         assert {str(v.dtype) for v in loaded.values()} >= {"torch.bfloat16", "torch.float32"}
         del state, loaded, payload
+        plan_against_measurement(policy, obs, actions, batch, phases, result, optimizer)
     except Exception as error:  # report and go on to the next policy
         result["failed"] = f"{type(error).__name__}: {error}"
         traceback.print_exc()
     finally:
         policy = None  # noqa: F841  (free the GPU for the next policy)
     return result
+
+
+def plan_against_measurement(policy, obs, actions, batch: int, phases: Phases, result: dict, optimizer) -> None:
+    """``embodied-rl plan``'s figures for the phases measured (``models/memory.py``), and for OpenVLA-OFT one more
+    evaluate + backward with activation checkpointing, measured and planned (Adam's moments now exist)."""
+    from embodied_rl.models.memory import Parameters, compute_bytes, policy_stacks
+
+    params, e, stacks = Parameters.of(policy), compute_bytes(policy), policy_stacks(policy)
+    resident = params.weight_bytes + sum(b.numel() * b.element_size() for b in policy.buffers())
+    activations = sum(s.activation_bytes(batch, e) for s in stacks)
+    result["planned_gib"] = {"weights": resident / GIB,
+                             "evaluate_backward": (resident + params.trained_bytes + activations) / GIB}
+    if not policy.checkpointable_layers:
+        return
+    policy.enable_activation_checkpointing()
+    policy.train()
+    with phases("evaluate_backward_checkpointed"):
+        new_logp, _, new_values = policy.evaluate(obs, actions)
+        (new_logp.float().mean() + new_values.float().pow(2).mean()).backward()
+    checkpointed = sum(s.activation_bytes(batch, e, checkpointing=True) for s in stacks)
+    result["planned_gib"]["evaluate_backward_checkpointed"] = (
+        resident + params.trained_bytes + params.adam_bytes() + checkpointed) / GIB
+    optimizer.zero_grad(set_to_none=True)
 
 
 def summary(r: dict) -> str:
@@ -147,7 +171,8 @@ def summary(r: dict) -> str:
             f"{p['optimizer_step']['s']:.3f} s, moved {r['trained_tensors_moved']}, |logp act-evaluate| "
             f"{r['logp_act_vs_evaluate']:.2e}; sync payload {r['sync_bytes'] / 2**20:.0f} MiB; checkpoint "
             f"{r['checkpoint_bytes'] / GIB:.1f} GiB saved {p['checkpoint_save']['s']:.1f} s, reloaded bit for bit "
-            f"{p['checkpoint_load']['s']:.1f} s: PASS")
+            f"{p['checkpoint_load']['s']:.1f} s: PASS; planned peaks (GiB) {json.dumps(r.get('planned_gib'))}, "
+            f"checkpointed evaluate+backward measured {p.get('evaluate_backward_checkpointed', {}).get('peak_gib')}")
 
 
 if __name__ == "__main__":
