@@ -81,6 +81,18 @@ class Policy(nn.Module):
         raise NotImplementedError
 
 
+@contextlib.contextmanager
+def built_in(dtype: torch.dtype):
+    """Modules made inside are created in ``dtype`` (``torch.set_default_dtype``): a bf16 network is never held in
+    float32 first (a 7.5B VLA: 15 GB, not 30 GB and then 15)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def in_compute_dtype(method):
     """Decorate a policy method whose network runs under ``Policy.autocast``."""
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from embodied_rl.models.openvla.modeling import cache_keyword
-from embodied_rl.models.policy import Policy, in_compute_dtype, mlp
+from embodied_rl.models.policy import Policy, built_in, in_compute_dtype, mlp
 from embodied_rl.models.outputs import STORED_PREFIX
 from embodied_rl.models.pi0 import flow_sde
 from embodied_rl.models.pi0.configuration import SIZES, Pi0Settings
@@ -101,7 +101,8 @@ class Pi0Policy(Policy):
             from transformers import PI0ForConditionalGeneration
 
             config = self.settings.to_transformers(self.action_chunk, state_width, action_width)
-            self.pi0 = PI0ForConditionalGeneration(config).to(torch_dtype)
+            with built_in(torch_dtype):
+                self.pi0 = PI0ForConditionalGeneration(config).to(torch_dtype)
             use_pretrained = False
         config = self.pi0.config
         self.model_state_dim, self.model_action_dim = int(config.max_state_dim), int(config.max_action_dim)
