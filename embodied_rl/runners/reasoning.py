@@ -66,8 +66,9 @@ class ReasoningRunner:
             env = self._env_group(share, slots("env"))
             generation = WorkerGroup(GenerationWorker, "generation", c.rollout.num_workers, cpus_per_worker=share,
                                      start_timeout_s=c.fault.start_timeout_s, model=model,
-                                     quantization=c.rollout.quantization,
-                                     engine=c.rollout.engine, torch_threads=c.torch_threads, **slots("rollout"))
+                                     quantization=c.rollout.quantization, engine=c.rollout.engine,
+                                     engine_options=dict(c.rollout.engine_options), torch_threads=c.torch_threads,
+                                     **slots("rollout"))
             parallel = rendezvous = None
             if c.actor.backend != "single":
                 from embodied_rl.engines.training.data_parallel import serve_rendezvous

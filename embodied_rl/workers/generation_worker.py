@@ -13,6 +13,7 @@ from embodied_rl.engines.generation import SamplingParams
 from embodied_rl.engines.quantization import quantized_copy
 from embodied_rl.engines.registry import make_generation_engine
 from embodied_rl.models.causal_lm.chat import build_lm, prompt_ids
+from embodied_rl.models.causal_lm.loading import TINY_SIZES, load_tokenizer
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import POLICY_VERSION_KEY
@@ -20,18 +21,24 @@ from embodied_rl.workers.weights import load_host_weights, weights_template, hos
 
 
 class GenerationWorker(Worker):
-    def __init__(self, model: dict, quantization: str = "none", engine: str = "hf", **kwargs):
+    def __init__(self, model: dict, quantization: str = "none", engine: str = "hf",
+                 engine_options: dict | None = None, **kwargs):
         super().__init__(**kwargs)
-        self.model, self.tokenizer = build_lm(model["name"], model.get("seed", 0))
-        self.model.to(self.device)
         self.quantization, self.engine_name = quantization, engine
-        if engine == "hf":
-            self._build_engine()
-        else:  # the engine loads the checkpoint itself (a copy of the built model when it is not a directory)
-            checkpoint = model["name"] if model["name"] not in ("tiny", "small") else None
-            self.engine = make_generation_engine(engine, self.model, self.tokenizer, checkpoint)
+        checkpoint = model["name"] if model["name"] not in TINY_SIZES else None
+        if engine != "hf" and checkpoint is not None:  # the engine loads the checkpoint: no model of our own
+            self.model, self.tokenizer = None, load_tokenizer(checkpoint)
+            self.engine = make_generation_engine(engine, None, self.tokenizer, checkpoint, **(engine_options or {}))
+        else:
+            self.model, self.tokenizer = build_lm(model["name"], model.get("seed", 0))
+            self.model.to(self.device)
+            if engine == "hf":
+                self._build_engine()
+            else:  # a model built in code: the engine loads a saved copy of it, which this worker then drops
+                self.engine = make_generation_engine(engine, self.model, self.tokenizer, None, **(engine_options or {}))
+                self.model = None
         self.policy_version = 0
-        self.offloader = Offloader([self.model])
+        self.offloader = Offloader([self.model] if self.model is not None else [])
 
     def offload(self) -> MoveReport:
         """Give the device up between generation turns (the hf engine's model; vLLM and SGLang keep theirs)."""
@@ -70,7 +77,9 @@ class GenerationWorker(Worker):
         return self.policy_version
 
     def get_weights(self) -> tuple[dict, int]:
-        """``({name: array}, policy_version)`` of this worker's full-precision model."""
+        """``({name: tensor}, policy_version)`` of this worker's model (the hf engine's; vLLM and SGLang own theirs)."""
+        if self.model is None:
+            raise RuntimeError(f"generation worker {self.address}: engine {self.engine_name!r} owns its weights")
         return host_weights(self.model), self.policy_version
 
     def generate(self, questions: list[str], params: dict) -> list[dict]:

@@ -155,3 +155,38 @@ def test_gpu_llm_checks_skips_without_a_gpu():
     lines = done.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["vllm", "sglang"]
     assert all(": SKIP " in line for line in lines), lines
+
+
+@pytest.mark.parametrize("checkpoint", [True, False])
+def test_a_vllm_generation_worker_passes_engine_options_and_keeps_no_model_of_its_own(monkeypatch, tmp_path,
+                                                                                      checkpoint):
+    """``rollout.engine_options`` reach ``vllm.LLM``; with a checkpoint directory the worker loads only its tokenizer
+    (vLLM loads the weights), and a model built in code is saved for vLLM and then dropped."""
+    from embodied_rl.models.causal_lm.tiny_checkpoints import write_tiny_checkpoint
+    from embodied_rl.workers import generation_worker
+    from embodied_rl.workers.generation_worker import GenerationWorker
+
+    calls = {}
+    vllm = _fake_vllm(calls)
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", vllm.inputs)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    built = []
+    monkeypatch.setattr(generation_worker, "build_lm", lambda *a, **k: built.append(a) or build_tiny_causal_lm("tiny"))
+    name = str(write_tiny_checkpoint(tmp_path / "qwen2", "qwen2")) if checkpoint else "tiny"
+    worker = GenerationWorker(model={"name": name}, engine="vllm", group="generation", rank=0, world_size=1,
+                              engine_options={"gpu_memory_utilization": 0.4, "tensor_parallel_size": 1})
+    assert calls["init"]["gpu_memory_utilization"] == 0.4 and calls["init"]["tensor_parallel_size"] == 1
+    assert worker.model is None and bool(built) == (not checkpoint)
+    if checkpoint:
+        assert calls["init"]["model"] == name
+    with pytest.raises(RuntimeError, match="owns its weights"):
+        worker.get_weights()
+
+
+def test_engine_options_with_the_hf_engine_are_refused():
+    from embodied_rl.config.errors import ConfigError
+    from embodied_rl.config.reasoning import load_reasoning_config
+
+    with pytest.raises(ConfigError, match="rollout.engine_options"):
+        load_reasoning_config("math_arith", None, ["rollout.engine_options={dtype: bfloat16}"])
