@@ -73,8 +73,16 @@ def _math_verify():
     return parse, verify
 
 
+def reference_answer(reference: str) -> str:
+    """The answer a reference solution states: a worked solution (GSM8K's ``... #### 72``, MATH's ``\\boxed{}``,
+    ``Answer: ...``) gives its formatted answer; a plain answer is itself."""
+    answer, formatted = extract_answer(reference)
+    return answer if formatted else reference.strip()
+
+
 def score(response: str, reference: str, use_math_verify: bool = True) -> Score:
-    """Format and outcome of ``response`` against ``reference``."""
+    """Format and outcome of ``response`` against ``reference`` (a plain answer or a worked solution)."""
+    reference = reference_answer(reference)
     answer, formatted = extract_answer(response)
     if answer is None:
         return Score(False, False, None)
@@ -85,7 +93,7 @@ def score(response: str, reference: str, use_math_verify: bool = True) -> Score:
     if engine is not None:
         parse, verify = engine
         try:
-            correct = bool(verify(parse(reference), parse(f"${answer}$")))
+            correct = bool(verify(parse(f"${reference}$"), parse(f"${answer}$")))
         except Exception:  # noqa: BLE001 - math-verify raises on text it cannot parse: not equal
             correct = False
     return Score(formatted, correct, answer)

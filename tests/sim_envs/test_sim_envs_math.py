@@ -81,3 +81,15 @@ def test_the_text_env_scores_responses_with_composite_rewards_and_groups_problem
     assert batch.terminated.all() and batch.episodes.success_once.tolist() == [True, True, False, False]
     assert list(batch.final_obs["prompt"]) == prompts  # the problems answered; obs holds the next ones
     assert {*prompts[::2], batch.obs["prompt"][0]} == set(answers)  # one shuffled pass covers every problem
+
+
+def test_a_worked_reference_solution_is_scored_by_the_answer_it_states():
+    """GSM8K's answer field is a worked solution ending ``#### n``; MATH's holds ``\\boxed{}``: the response is
+    compared with that answer, not with the solution's text."""
+    from sim_envs.math.verifier import reference_answer, score
+
+    gsm8k = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether she sold 48+24 = <<48+24=72>>72 clips.\n#### 72"
+    assert reference_answer(gsm8k) == "72" and reference_answer(" 72 ") == "72"
+    assert score("She sold 72 clips in all. #### 72", gsm8k).correct
+    assert not score("#### 24", gsm8k).correct
+    assert score("so the answer is \\boxed{\\frac{1}{2}}", "... hence $\\boxed{\\frac12}$.").correct
