@@ -100,6 +100,13 @@ class TextEvalConfig:
     every_iterations: int = 10
     num_problems: int = 200
     """Held-out problems per evaluation (at most the held-out set)."""
+    samples_per_problem: int = 0
+    """k > 0: also k sampled answers per problem at ``sample_temperature``: ``eval/pass_at_k``, ``eval/mean_at_k``,
+    ``eval/maj_at_k`` (single-turn tasks)."""
+    sample_temperature: float = 1.0
+    dump_samples: int = 8
+    """Held-out problems whose question, answer and score go to ``samples/<evaluation>.jsonl`` in the run directory
+    at each evaluation (single-turn tasks; 0: none)."""
 
 
 @dataclass
@@ -252,6 +259,10 @@ def validate_reasoning(c: ReasoningConfig) -> None:
     _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness,
              "0 (synchronous) or 1 (async)")
     _require(c.rollout.num_workers >= 1, "rollout.num_workers", c.rollout.num_workers, "an integer >= 1")
+    _require(c.eval.samples_per_problem >= 0, "eval.samples_per_problem", c.eval.samples_per_problem,
+             "an integer >= 0")
+    _require(c.eval.sample_temperature > 0, "eval.sample_temperature", c.eval.sample_temperature, "> 0")
+    _require(c.eval.dump_samples >= 0, "eval.dump_samples", c.eval.dump_samples, "an integer >= 0")
     _require(c.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", c.rollout.max_new_tokens, ">= 1")
     _require(c.rollout.temperature > 0, "rollout.temperature", c.rollout.temperature, "> 0")
     _require(c.rollout.eval_temperature >= 0, "rollout.eval_temperature", c.rollout.eval_temperature, ">= 0")

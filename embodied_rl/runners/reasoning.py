@@ -16,6 +16,7 @@ weights, and ``algorithm.tis_cap`` weights each token by min(p_actor / p_sampler
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -27,10 +28,12 @@ import torch
 import sim_envs
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
 from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml, text_placement
+from embodied_rl.runners.heldout_metrics import greedy_summary, sampled_summary, training_lengths
 from embodied_rl.runners.loop import Round, Schedule, TrainingLoop
 from embodied_rl.runners.text_workers import GenerationRound, TextWorkers
 from embodied_rl.runners.weight_sync import get_failing_fast
 from embodied_rl.runtime import Cluster, WorkerGroup
+from embodied_rl.utils.atomic import write_text_atomic
 from embodied_rl.utils.checkpoint import Checkpoint, save_checkpoint
 from embodied_rl.utils.metrics_log import MetricsLog
 from embodied_rl.workers.generation_worker import GenerationWorker
@@ -123,6 +126,7 @@ class ReasoningRunner:
 
     def _evaluate(self, prefix: str) -> dict:
         started = time.perf_counter()
+        self._evaluation_name = f"{prefix.replace('/', '_')}_iter{self.iteration:06d}"
         result = {k.replace("eval/", f"{prefix}/"): v for k, v in self._heldout_metrics().items()}
         result["time/eval_s"] = time.perf_counter() - started
         self.evaluations.update({k: v for k, v in result.items() if k.startswith("eval")})
@@ -131,11 +135,38 @@ class ReasoningRunner:
         return result
 
     def _heldout_metrics(self) -> dict:
-        """One held-out evaluation's metrics (``eval/heldout_accuracy``, ``eval/problems``, ...)."""
+        """One held-out evaluation's metrics (``eval/heldout_accuracy``, ``eval/problems``, truncation and lengths;
+        with ``eval.samples_per_problem`` k also pass@k, mean@k, maj@k) and its sample dump."""
         c = self.config
         questions = self.workers.call_env("heldout_questions", c.eval.num_problems)
+        ids = list(range(len(questions)))
         answers = self.workers.generate(questions, c.rollout.eval_temperature, seed=EVAL_SEED)
-        return self.workers.call_env("score_heldout", [a["text"] for a in answers])
+        rows = self.workers.call_env("score_heldout", [a["text"] for a in answers], ids)
+        metrics = greedy_summary(rows, answers)
+        k = c.eval.samples_per_problem
+        if k:
+            sampled = self.workers.generate([q for q in questions for _ in range(k)], c.eval.sample_temperature,
+                                            seed=EVAL_SEED + 1)
+            scored = self.workers.call_env("score_heldout", [a["text"] for a in sampled], [i for i in ids
+                                                                                          for _ in range(k)])
+            metrics.update(sampled_summary(scored, k))
+        self._dump_samples(questions, answers, rows)
+        return metrics
+
+    def _dump_samples(self, questions: list[str], answers: list[dict], rows: dict) -> None:
+        """The first ``eval.dump_samples`` held-out problems of this evaluation, one JSON line each (question,
+        response, extracted answer, correct, formatted, finished, tokens), in ``samples/<evaluation>.jsonl``."""
+        count = min(self.config.eval.dump_samples, len(answers))
+        if not count:
+            return
+        lines = [json.dumps({"question": questions[i], "response": answers[i]["text"],
+                             "extracted": rows["extracted"][i], "correct": bool(rows["correct"][i]),
+                             "formatted": bool(rows["formatted"][i]), "finished": bool(answers[i]["finished"]),
+                             "tokens": len(answers[i]["token_ids"]), "policy_version": answers[i]["policy_version"]})
+                 for i in range(count)]
+        directory = self.run_dir / "samples"
+        directory.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(directory / f"{self._evaluation_name}.jsonl", "\n".join(lines) + "\n")
 
     def _sft(self, log: MetricsLog) -> None:
         metrics = self._sft_update()
@@ -240,7 +271,7 @@ class ReasoningRunner:
     def _sampling_metrics(self) -> dict:
         """The iteration's rewards (over every round sampled) and generation rate."""
         generated = self._generated
-        return {"train/reward": float(np.mean(self._scored["rewards"])),
+        return {**training_lengths(self._trained), "train/reward": float(np.mean(self._scored["rewards"])),
                 "reward/outcome": float(np.mean(self._scored["outcome"])),
                 "reward/format": float(np.mean(self._scored["format"])),
                 "time/generate_s": generated["generate_s"],

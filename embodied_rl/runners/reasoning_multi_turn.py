@@ -47,6 +47,9 @@ def check_multi_turn(config: ReasoningConfig) -> None:
     if config.rollout.max_staleness != 0:
         raise ConfigError(f"rollout.max_staleness={config.rollout.max_staleness!r}: async rollout is not supported for the "
                           f"multi-turn task {config.task!r}; allowed: 0")
+    if config.eval.samples_per_problem:
+        raise ConfigError(f"eval.samples_per_problem={config.eval.samples_per_problem!r}: pass@k and maj@k are not "
+                          f"supported for the multi-turn task {config.task!r}; allowed: 0")
     if config.algorithm.max_sampling_rounds != 1:
         raise ConfigError(f"algorithm.max_sampling_rounds={config.algorithm.max_sampling_rounds!r}: resample-to-fill "
                           f"is not supported for the multi-turn task {config.task!r}; allowed: 1")

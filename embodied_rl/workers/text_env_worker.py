@@ -42,8 +42,12 @@ class TextEnvWorker(Worker):
     def heldout_questions(self, count: int) -> list[str]:
         return [p.question for p in self.heldout.problems[:count]]
 
-    def score_heldout(self, responses: list[str]) -> dict:
-        """Accuracy and answer-format rate of responses to ``heldout_questions(len(responses))``."""
-        correct, formatted = self.heldout.score_responses(responses, range(len(responses)))
-        return {"eval/heldout_accuracy": float(correct.mean()), "eval/heldout_formatted": float(formatted.mean()),
-                "eval/problems": len(responses)}
+    def score_heldout(self, responses: list[str], problem_ids: list[int]) -> dict:
+        """Per response to held-out problem ``problem_ids[i]``: ``correct``, ``formatted`` and ``extracted`` (the
+        answer read from it, None if none)."""
+        from sim_envs.math.verifier import score
+
+        scores = [score(str(r), self.heldout.problems[i].answer, self.heldout.use_math_verify)
+                  for r, i in zip(responses, problem_ids)]
+        return {"correct": [s.correct for s in scores], "formatted": [s.formatted for s in scores],
+                "extracted": [s.extracted for s in scores]}

@@ -15,7 +15,8 @@ SMALL = ["env.count=200", "env.heldout_count=20", "sft.steps=20", "sft.batch_siz
 @pytest.mark.slow
 def test_math_arith_trains_sft_then_grpo_and_writes_a_loadable_model(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli("train", "--task", "math_arith", "--run-dir", str(run_dir), *SMALL, cwd=tmp_path)
+    result = run_cli("train", "--task", "math_arith", "--run-dir", str(run_dir), *SMALL, "eval.samples_per_problem=3",
+                     "eval.dump_samples=4", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["iterations"] == 2 and summary["responses"] == 2 * 4 * 4
@@ -24,6 +25,15 @@ def test_math_arith_trains_sft_then_grpo_and_writes_a_loadable_model(tmp_path):
     rl = [r for r in rows if r.get("train/iteration", 0) >= 1]
     assert [r["train/iteration"] for r in rl] == [1, 2] and all("eval/heldout_accuracy" in r for r in rl)
     assert all(0 <= r["train/reward"] <= 1 and r["train/rollout_trainer_logp_diff"] < 1e-3 for r in rl)
+    assert all(0 <= r["train/truncated_fraction"] <= 1 and r["train/response_length_max"] <= 4 for r in rl)
+    for r in rl:  # k = 3 samples per held-out problem: pass@3 >= mean@3, and maj@3 is a fraction of the problems
+        assert 0 <= r["eval/mean_at_3"] <= r["eval/pass_at_3"] <= 1 and 0 <= r["eval/maj_at_3"] <= 1
+        assert 0 <= r["eval/truncated_fraction"] <= 1
+    dumps = sorted(p.name for p in (run_dir / "samples").iterdir())
+    assert dumps == ["eval_iter000001.jsonl", "eval_iter000002.jsonl", "eval_sft_iter000000.jsonl",
+                     "eval_start_iter000000.jsonl"]
+    sample = [json.loads(line) for line in (run_dir / "samples" / dumps[0]).read_text().splitlines()]
+    assert len(sample) == 4 and {"question", "response", "extracted", "correct", "finished"} <= set(sample[0])
     assert (run_dir / "checkpoints" / "iter_000002" / "model.safetensors").is_file()
     from embodied_rl.models.causal_lm.loading import load_causal_lm
 
