@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from embodied_rl.config.algorithm_section import DEFAULT_ALGORITHM, keys_of, split_algorithm, typed_algorithm
+from embodied_rl.config.dotlist import parse_overrides
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.renamed import refuse_renamed, upgrade_saved
 from embodied_rl.config.schema import TrainConfig, validate
@@ -84,7 +85,7 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
         if saved and user_yaml is not None:
             upgrade_saved(user_yaml)
         refuse_renamed(user_yaml, f"--config {config_file}")
-        cli_yaml = OmegaConf.from_dotlist(overrides)
+        cli_yaml = parse_overrides(overrides)
         refuse_renamed(cli_yaml, "command line")
         user_file, user_algorithm = split_algorithm(user_yaml)
         cli, cli_algorithm = split_algorithm(cli_yaml)

@@ -14,9 +14,11 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from embodied_rl.algorithms.text_rl import TextRLConfig
+from embodied_rl.config.dotlist import parse_overrides
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.schema import FaultConfig, PlacementConfig
 from embodied_rl.engines.quantization import QUANTIZATIONS
+from embodied_rl.models.causal_lm.chat import PROMPT_FORMATS
 from embodied_rl.engines.registry import ENGINES, engine_package_imports
 
 
@@ -26,6 +28,12 @@ class ModelConfig:
     """'tiny' or 'small' (a Llama and a character tokenizer built in code), or a local Hugging Face checkpoint
     directory (Qwen, Llama: config.json, safetensors, tokenizer files)."""
     seed: int = 0
+    prompt_format: str = "chat"
+    """'chat': each question as a user turn through the tokenizer's chat template; 'raw': the text as is (a base
+    model without a chat template; single-turn tasks)."""
+    prompt_template: str = "{question}"
+    """The prompt's text around the question, e.g. "{question} Let's think step by step and output the final answer
+    after '####'." """
 
 
 @dataclass
@@ -66,12 +74,37 @@ class SFTStageConfig:
     lr: float = 3e-3
 
 
+LR_SCHEDULES = ("constant", "linear", "cosine")
+
+
+def rl_learning_rate(rl: "RLStageConfig", iteration: int) -> float:
+    """The learning rate of RL iteration ``iteration`` (1-based): linear warm-up over ``rl.warmup_iterations``, then
+    ``rl.lr_schedule`` from ``rl.lr`` down to ``rl.lr * rl.min_lr_ratio`` at iteration ``rl.iterations``."""
+    import math
+
+    if iteration <= rl.warmup_iterations:
+        return rl.lr * iteration / rl.warmup_iterations
+    span = max(rl.iterations - rl.warmup_iterations, 1)
+    progress = min(max((iteration - rl.warmup_iterations - 1) / max(span - 1, 1), 0.0), 1.0)
+    low = rl.lr * rl.min_lr_ratio
+    if rl.lr_schedule == "linear":
+        return rl.lr - (rl.lr - low) * progress
+    if rl.lr_schedule == "cosine":
+        return low + (rl.lr - low) * 0.5 * (1 + math.cos(math.pi * progress))
+    return rl.lr
+
+
 @dataclass
 class RLStageConfig:
     iterations: int = 100
     prompts_per_iteration: int = 16
     """Prompts per iteration, each answered ``algorithm.group_size`` times."""
     lr: float = 2e-4
+    warmup_iterations: int = 0
+    """Iterations over which the learning rate rises linearly from lr / warmup_iterations to lr."""
+    lr_schedule: str = "constant"
+    """After the warm-up: 'constant', 'linear' or 'cosine' decay to ``lr * min_lr_ratio`` at the last iteration."""
+    min_lr_ratio: float = 0.0
     update_rounds: int = 1
     """Passes over each sampled batch (SWIFT's multi-round update); 1: on-policy."""
     num_minibatches: int = 1
@@ -259,6 +292,13 @@ def validate_reasoning(c: ReasoningConfig) -> None:
     _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness,
              "0 (synchronous) or 1 (async)")
     _require(c.rollout.num_workers >= 1, "rollout.num_workers", c.rollout.num_workers, "an integer >= 1")
+    _require(c.model.prompt_format in PROMPT_FORMATS, "model.prompt_format", c.model.prompt_format,
+             ", ".join(PROMPT_FORMATS))
+    _require("{question}" in c.model.prompt_template, "model.prompt_template", c.model.prompt_template,
+             "a text containing {question}")
+    _require(c.rl.warmup_iterations >= 0, "rl.warmup_iterations", c.rl.warmup_iterations, "an integer >= 0")
+    _require(c.rl.lr_schedule in LR_SCHEDULES, "rl.lr_schedule", c.rl.lr_schedule, ", ".join(LR_SCHEDULES))
+    _require(0 <= c.rl.min_lr_ratio <= 1, "rl.min_lr_ratio", c.rl.min_lr_ratio, "0 to 1")
     _require(c.eval.samples_per_problem >= 0, "eval.samples_per_problem", c.eval.samples_per_problem,
              "an integer >= 0")
     _require(c.eval.sample_temperature > 0, "eval.sample_temperature", c.eval.sample_temperature, "> 0")
@@ -303,7 +343,7 @@ def load_reasoning_config(task: str | None, config_file: str | None, overrides: 
             raise ConfigError(f"override {item!r} must look like key=value (e.g. rl.lr=1e-4)")
     try:
         merged = OmegaConf.structured(ReasoningConfig)
-        cli = OmegaConf.from_dotlist(overrides)
+        cli = parse_overrides(overrides)
         refuse_renamed(cli, "command line")
         user = _load_yaml(Path(config_file)) if config_file else None
         if saved and user is not None:

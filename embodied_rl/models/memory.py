@@ -6,9 +6,9 @@ from the architecture: what autograd keeps for the backward pass of each transfo
 per element of the compute dtype, ``h`` width, ``i`` MLP width, ``a`` heads, ``s`` tokens of the sequence):
 
 * pre-norm decoder layer (Llama, Qwen2, Gemma: RMSNorm, rotary, gated MLP): two RMSNorms keep a float32 copy of
-  their input (Gemma: two) and their output (2 x (4h + e h)); attention keeps q, k, v (e (h + 2 h_kv)) and its output (e h),
-  plus with eager attention the float32 softmax and its cast (a s (4 + e)); the gated MLP keeps gate, activation,
-  up and their product (4 e i). LoRA adds only its rank-r intermediates (counted as zero).
+  their input (Gemma: two) and their output (2 x (4h + e h)); attention keeps q, k, v (e (h + 2 h_kv)) and its
+  output (e h), plus with eager attention the float32 softmax and its cast (a s (4 + e)); the gated MLP keeps gate,
+  activation, up and their product (4 e i). LoRA adds only its rank-r intermediates (counted as zero).
 * ViT encoder layer (SigLIP, DINOv2: LayerNorm, GELU MLP): 2 e h (norms) + 3 e h (q, k, v) + e h (output) + 2 e i.
 * a frozen tower whose input needs no gradient (the vision tower under LoRA) keeps nothing.
 

@@ -27,7 +27,7 @@ import torch
 
 import sim_envs
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
-from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml, text_placement
+from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml, rl_learning_rate, text_placement
 from embodied_rl.runners.heldout_metrics import greedy_summary, sampled_summary, training_lengths
 from embodied_rl.runners.loop import Round, Schedule, TrainingLoop
 from embodied_rl.runners.text_workers import GenerationRound, TextWorkers
@@ -60,7 +60,8 @@ class ReasoningRunner:
         c = self.config
         with Cluster(c.cluster.address, None):
             share = 0.2
-            model = {"name": c.model.name, "seed": c.model.seed}
+            model = {"name": c.model.name, "seed": c.model.seed, "prompt_format": c.model.prompt_format,
+                     "prompt_template": c.model.prompt_template}
             placement, gpus = text_placement(c)
 
             def slots(component: str) -> dict:  # each worker's process pinned to its component's slots
@@ -246,7 +247,8 @@ class ReasoningRunner:
         self._trained = self._kept_answers[:wanted * G]
         self._trained_version = self.workers.published_version  # the actor's weights as this update starts
         r = c.rl
-        return self._actor("rl_update", self._trainer_batch(self._trained, self._kept_scores[:wanted * G]), r.lr,
+        lr = self._learning_rate = rl_learning_rate(r, self.iteration + 1)
+        return self._actor("rl_update", self._trainer_batch(self._trained, self._kept_scores[:wanted * G]), lr,
                            c.rollout.temperature, r.update_rounds, r.num_minibatches, r.max_grad_norm)
 
     def finish_update(self, update) -> dict:
@@ -279,6 +281,7 @@ class ReasoningRunner:
 
     def iteration_metrics(self, metrics: dict) -> dict:
         extra = {**self._sampling_metrics(), **self.workers.faults, "train/batch_groups": self._batch_groups,
+                 "train/learning_rate": self._learning_rate,
                  "train/policy_staleness": self._trained_version - min(a["policy_version"] for a in self._trained)}
         if self.workers.offload_turns:
             extra["time/turn_switch_s"] = self.workers.pop_turn_seconds()

@@ -47,6 +47,10 @@ def check_multi_turn(config: ReasoningConfig) -> None:
     if config.rollout.max_staleness != 0:
         raise ConfigError(f"rollout.max_staleness={config.rollout.max_staleness!r}: async rollout is not supported for the "
                           f"multi-turn task {config.task!r}; allowed: 0")
+    if config.model.prompt_format != "chat" or config.model.prompt_template != "{question}":
+        raise ConfigError(f"model.prompt_format={config.model.prompt_format!r} / model.prompt_template: the multi-turn "
+                          f"task {config.task!r} builds its conversation through the chat template; allowed: chat, "
+                          "{question}")
     if config.eval.samples_per_problem:
         raise ConfigError(f"eval.samples_per_problem={config.eval.samples_per_problem!r}: pass@k and maj@k are not "
                           f"supported for the multi-turn task {config.task!r}; allowed: 0")

@@ -92,8 +92,8 @@ class ActorWorker(Worker):
                                "(in its turn on the device)")
 
     def get_weights(self, only_trained: bool = False) -> tuple[dict, int]:
-        """``(state_dict as host tensors of their own dtype, policy version)``; reads the host copy when offloaded. ``only_trained``:
-        leave out frozen weights (a LoRA base) for receivers that already hold them."""
+        """``(state_dict as host tensors of their own dtype, policy version)``; reads the host copy when offloaded.
+        ``only_trained``: leave out frozen weights (a LoRA base) for receivers that already hold them."""
         return host_weights(self.policy, only_trained), self.policy_version
 
     def broadcast_weights(self, collective: str, only_trained: bool = False) -> int:

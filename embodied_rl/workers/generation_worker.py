@@ -25,6 +25,8 @@ class GenerationWorker(Worker):
                  engine_options: dict | None = None, **kwargs):
         super().__init__(**kwargs)
         self.quantization, self.engine_name = quantization, engine
+        self.prompt = dict(prompt_format=model.get("prompt_format", "chat"),
+                           template=model.get("prompt_template", "{question}"))
         checkpoint = model["name"] if model["name"] not in TINY_SIZES else None
         if engine != "hf" and checkpoint is not None:  # the engine loads the checkpoint: no model of our own
             self.model, self.tokenizer = None, load_tokenizer(checkpoint)
@@ -84,7 +86,7 @@ class GenerationWorker(Worker):
 
     def generate(self, questions: list[str], params: dict) -> list[dict]:
         """For each question (through the tokenizer's chat template): as ``generate_ids`` on its prompt ids."""
-        return self.generate_ids([prompt_ids(self.tokenizer, q) for q in questions], params)
+        return self.generate_ids([prompt_ids(self.tokenizer, q, **self.prompt) for q in questions], params)
 
     def generate_ids(self, prompts: list[list[int]], params: dict) -> list[dict]:
         """For each prompt (token ids, e.g. a multi-turn conversation so far): ``prompt_ids``, ``token_ids``,

@@ -36,6 +36,8 @@ class LMActorWorker(Worker):
         super().__init__(**kwargs)
         torch.manual_seed(seed)
         self.model, self.tokenizer = build_lm(model["name"], model.get("seed", 0))
+        self.prompt = dict(prompt_format=model.get("prompt_format", "chat"),
+                           template=model.get("prompt_template", "{question}"))
         # Mixed precision: a bf16 checkpoint trains on float32 master weights, its forward under autocast to bf16
         self.compute_dtype = self.model.dtype
         self.model.to(device=self.device, dtype=torch.float32).train()
@@ -68,7 +70,8 @@ class LMActorWorker(Worker):
         return self.offloader.onload()
 
     def get_weights(self, only_trained: bool = False) -> tuple[dict, int] | None:
-        """``({name: tensor}, policy_version)``: the whole model (host tensors of their own dtype) (rank 0; None on the other data-parallel ranks).
+        """``({name: tensor}, policy_version)``: the whole model as host tensors of their own dtype (rank 0; None on
+        the other data-parallel ranks).
         ``only_trained`` is taken for ``WeightSync``'s one interface: every weight of the LM is trained."""
         if not self.engine.distributed:
             return host_weights(self.model), self.policy_version
@@ -116,8 +119,8 @@ class LMActorWorker(Worker):
 
     def sft_update(self, examples: list[tuple[str, str]], steps: int, batch_size: int, lr: float) -> dict:
         """``steps`` steps of next-token cross-entropy on the answers (the prompts are not trained on)."""
-        encoded = [dict(prompt_ids=prompt_ids(self.tokenizer, q), token_ids=answer_ids(self.tokenizer, a))
-                   for q, a in examples]
+        encoded = [dict(prompt_ids=prompt_ids(self.tokenizer, q, **self.prompt),
+                        token_ids=answer_ids(self.tokenizer, a)) for q, a in examples]
         return self.sft_update_ids(encoded, steps, batch_size, lr)
 
     def sft_update_ids(self, examples: list[dict], steps: int, batch_size: int, lr: float) -> dict:

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 
-def prompt_ids(tokenizer, question: str) -> list[int]:
-    """Token ids of ``question`` as a user turn followed by the assistant's turn opening (the chat template of the
-    tokenizer: the character tokenizer's ``Q: ...\\nA: ``, a Qwen or Llama checkpoint's own)."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+PROMPT_FORMATS = ("chat", "raw")
+
+
+def prompt_ids(tokenizer, question: str, prompt_format: str = "chat", template: str = "{question}") -> list[int]:
+    """Token ids of the prompt for ``question`` (put into ``template`` first). ``chat``: a user turn followed by the
+    assistant's turn opening, through the tokenizer's chat template (the character tokenizer's ``Q: ...\\nA: ``, a
+    Qwen or Llama checkpoint's own); ``raw``: the text itself with the tokenizer's special tokens (a base model
+    without a chat template)."""
+    content = template.replace("{question}", question)
+    if prompt_format == "raw":
+        return list(tokenizer(content, add_special_tokens=True)["input_ids"])
+    text = tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
                                          add_generation_prompt=True)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 

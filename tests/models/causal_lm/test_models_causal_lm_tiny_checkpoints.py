@@ -61,3 +61,12 @@ def test_the_sampler_ignores_the_checkpoints_generation_config(tmp_path):
     for row, g in enumerate(generations):
         sampler[row, :len(g.logprobs)] = torch.tensor(g.logprobs)
     assert ((trainer - sampler).abs() * mask).max().item() < 1e-4
+
+
+def test_raw_prompts_for_a_base_model_and_a_prompt_template(tmp_path):
+    _, tokenizer = load_causal_lm(write_tiny_checkpoint(tmp_path / "llama3", "llama3"))
+    template = "{question} Give the final answer after '####'."
+    raw = prompt_ids(tokenizer, "1+2", "raw", template)
+    assert tokenizer.decode(raw, skip_special_tokens=True) == "1+2 Give the final answer after '####'."
+    chat = tokenizer.decode(prompt_ids(tokenizer, "1+2", "chat", template))
+    assert chat.startswith("<|begin_of_text|><|start_header_id|>user") and "1+2 Give the final" in chat
