@@ -54,6 +54,9 @@ class ActorWorker(Worker):
         self.algorithm = ALGORITHMS.get(algorithm.name)(algorithm)
         self.needs = self.algorithm.needs(algorithm)
         self.optimizer = torch.optim.Adam(self._parameter_groups(), lr=algorithm.lr, eps=1e-5)
+        # fp16 compute: scale the loss so small gradients survive fp16 activations (bf16 has fp32's range)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=getattr(
+            self.policy, "compute_dtype", torch.float32) == torch.float16)
         if self.needs.replay:
             # Its replay buffer, target critics and optimizers live in the algorithm, on this device (the
             # offloader moves only the policy and ``optimizer``: off-policy learners keep theirs in place).
@@ -256,15 +259,20 @@ class ActorWorker(Worker):
     def _minibatch_loss(self, rows: dict, count: int):
         """``(loss, metrics, backward)`` of a minibatch of ``count`` rows, in micro-batches of
         ``micro_batch_size`` rows when set (``workers/micro_batches.py``: the same gradient)."""
+        # the scaler's current factor (scale() also starts it on the first step)
+        scale = float(self.scaler.scale(torch.ones((), device=self.device))) if self.scaler.is_enabled() else 1.0
         return minibatch_loss(lambda part: self.algorithm.evaluate(self.policy, part), self.algorithm.loss, rows,
-                              count, self.micro_batch_size)
+                              count, self.micro_batch_size, scale)
 
     def _step(self, backward) -> None:
-        """Zero the gradients, ``backward()`` (fills them), clip, step."""
+        """Zero the gradients, ``backward()`` (fills them, scaled under fp16), unscale, clip, step (skipped by the
+        scaler when a scaled gradient overflowed, which then lowers its scale)."""
         self.optimizer.zero_grad(set_to_none=True)
         backward()
+        self.scaler.unscale_(self.optimizer)
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.algorithm.config.max_grad_norm)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
 
     @torch.no_grad()
     def _proximal_logp(self, samples: dict, chunk: int) -> torch.Tensor:
@@ -336,7 +344,7 @@ class ActorWorker(Worker):
         state = {"optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                  "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version,
                  "supervised_steps": self.supervised_steps, "algorithm": self.algorithm.state_dict(),
-                 "env_steps_trained": self.env_steps_trained}
+                 "env_steps_trained": self.env_steps_trained, "grad_scaler": self.scaler.state_dict()}
         if self.reference is not None:
             state["reference"] = {k: v.detach().cpu() for k, v in self.reference.state_dict().items()}
         torch.save(state, buffer)
@@ -359,6 +367,8 @@ class ActorWorker(Worker):
             self.policy_version = state["policy_version"]
             self.supervised_steps = state.get("supervised_steps", 0)
             self.env_steps_trained = int(state.get("env_steps_trained", 0))
+            if state.get("grad_scaler"):
+                self.scaler.load_state_dict(state["grad_scaler"])
             self.algorithm.load_state_dict(state.get("algorithm", {}))
             if "reference" in state:
                 self.reference = copy.deepcopy(self.policy).eval()

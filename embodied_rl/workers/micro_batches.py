@@ -26,25 +26,26 @@ def micro_slices(rows: int, micro_batch_size: int | None) -> list[slice]:
 
 
 def minibatch_loss(evaluate: Callable[[dict], dict], loss: Callable[[dict, dict], tuple], minibatch: dict,
-                   rows: int, micro_batch_size: int | None) -> tuple[torch.Tensor, dict, Callable[[], None]]:
+                   rows: int, micro_batch_size: int | None,
+                   scale: float = 1.0) -> tuple[torch.Tensor, dict, Callable[[], None]]:
     """``(loss value, metrics, backward)``: ``evaluate(rows) -> outputs`` (tensors ``[n, ...]``, or scalars) and
     ``loss(outputs, rows) -> (scalar, metrics)`` over ``minibatch`` (``rows`` rows); ``backward()`` accumulates
-    the minibatch's gradient into the parameters' ``.grad``. The value and metrics are known before ``backward``
-    runs (an update may stop on them first)."""
+    the minibatch's gradient, times ``scale`` (fp16 loss scaling), into the parameters' ``.grad``. The value and
+    metrics are known before ``backward`` runs (an update may stop on them first)."""
     parts = micro_slices(rows, micro_batch_size)
     if len(parts) == 1:
         value, metrics = loss(evaluate(minibatch), minibatch)
-        return value, metrics, value.backward
+        return value, metrics, (value * scale).backward
     with torch.no_grad():
         outputs = [evaluate(select_rows(minibatch, part)) for part in parts]
     if any(v.dim() == 0 for v in outputs[0].values()):
-        return _weighted_mean(evaluate, loss, minibatch, parts, outputs, rows)
+        return _weighted_mean(evaluate, loss, minibatch, parts, outputs, rows, scale)
     names = [k for k, v in outputs[0].items() if v.is_floating_point()]
     leaves = {k: torch.cat([o[k] for o in outputs]).detach().requires_grad_(k in names) for k in outputs[0]}
     value, metrics = loss(leaves, minibatch)
 
     def backward() -> None:
-        grads = dict(zip(names, torch.autograd.grad(value, [leaves[k] for k in names], allow_unused=True)))
+        grads = dict(zip(names, torch.autograd.grad(value * scale, [leaves[k] for k in names], allow_unused=True)))
         for part in parts:
             out = evaluate(select_rows(minibatch, part))
             pairs = [(out[k], grads[k][part]) for k in names if grads[k] is not None and out[k].requires_grad]
@@ -54,7 +55,8 @@ def minibatch_loss(evaluate: Callable[[dict], dict], loss: Callable[[dict, dict]
     return value.detach(), metrics, backward
 
 
-def _weighted_mean(evaluate, loss, minibatch: dict, parts: list[slice], outputs: list[dict], rows: int):
+def _weighted_mean(evaluate, loss, minibatch: dict, parts: list[slice], outputs: list[dict], rows: int,
+                   scale: float):
     """Scalar outputs (a mean over rows): the minibatch's loss and metrics as the row-weighted mean of its
     micro-batches'; ``backward`` weights each micro-batch's loss by its share of the rows."""
     weights = [(part.stop - part.start) / rows for part in parts]
@@ -68,6 +70,6 @@ def _weighted_mean(evaluate, loss, minibatch: dict, parts: list[slice], outputs:
     def backward() -> None:
         for w, part in zip(weights, parts):
             rows_part = select_rows(minibatch, part)
-            (w * loss(evaluate(rows_part), rows_part)[0]).backward()
+            (w * scale * loss(evaluate(rows_part), rows_part)[0]).backward()
 
     return torch.stack(values).sum(), metrics, backward

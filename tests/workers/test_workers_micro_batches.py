@@ -108,3 +108,22 @@ def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradient(lora_
 def test_an_mlp_has_no_layers_to_checkpoint():
     with pytest.raises(ValueError, match="no transformer layers"):
         build_policy("mlp", 6, 2).enable_activation_checkpointing()
+
+
+def test_loss_scaling_keeps_fp16_gradients_that_would_underflow():
+    """fp16 compute (``policy.options.dtype=float16``): a small loss's gradients underflow in fp16 activations
+    (90% of the entries zero here); scaled by 65536 and divided back, they survive, as the actor's GradScaler does."""
+    policy = make_policy("openvla_oft", dtype="float16")
+    algorithm = ALGORITHMS.get("sft")(SFTConfig())
+    with torch.no_grad():
+        actions = policy.act(make_obs(N))[0]
+    rows = dict(obs=make_obs(N, seed=1), actions=actions)
+    small = lambda outputs, minibatch: (lambda v, m: (v * 1e-6, m))(*algorithm.loss(outputs, minibatch))  # noqa
+
+    def zero_fraction(scale: float) -> float:
+        policy.zero_grad(set_to_none=True)
+        minibatch_loss(lambda part: algorithm.evaluate(policy, part), small, rows, N, 4, scale)[2]()
+        grads = [p.grad for p in policy.parameters() if p.grad is not None]
+        return sum(int((g == 0).sum()) for g in grads) / sum(g.numel() for g in grads)
+
+    assert zero_fraction(1.0) > 0.5 and zero_fraction(65536.0) < 0.4
