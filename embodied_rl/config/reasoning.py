@@ -126,6 +126,11 @@ class TextActorConfig:
     training on the whole minibatch."""
     timeout_s: float = 600.0
     """Bounds the ranks' rendezvous and every collective: a dead rank fails the run after this long."""
+    lora_rank: int = 0
+    """> 0: train LoRA adapters of this rank on the attention and MLP projections (the base frozen in its
+    checkpoint's dtype); generation workers and the saved model get the merged weights. backend single only."""
+    lora_alpha: float = 0.0
+    """LoRA's alpha (0: 2 x lora_rank)."""
 
 
 @dataclass
@@ -292,6 +297,9 @@ def validate_reasoning(c: ReasoningConfig) -> None:
     _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness,
              "0 (synchronous) or 1 (async)")
     _require(c.rollout.num_workers >= 1, "rollout.num_workers", c.rollout.num_workers, "an integer >= 1")
+    _require(c.actor.lora_rank >= 0, "actor.lora_rank", c.actor.lora_rank, "an integer >= 0 (0: no LoRA)")
+    _require(not c.actor.lora_rank or c.actor.backend == "single", "actor.backend", c.actor.backend,
+             "single with actor.lora_rank > 0 (LoRA is not yet sharded or tensor-parallel)")
     _require(c.model.prompt_format in PROMPT_FORMATS, "model.prompt_format", c.model.prompt_format,
              ", ".join(PROMPT_FORMATS))
     _require("{question}" in c.model.prompt_template, "model.prompt_template", c.model.prompt_template,

@@ -85,6 +85,7 @@ class ReasoningRunner:
                             "served_store": True, "timeout_s": c.actor.timeout_s}
             actor = WorkerGroup(LMActorWorker, "lm-actor", c.actor.world_size, cpus_per_worker=share, model=model,
                                 algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
+                                lora={"rank": c.actor.lora_rank, "alpha": c.actor.lora_alpha},
                                 torch_threads=c.torch_threads, **slots("actor"))
             self.env, self.actor = env.workers[0], actor
             self.workers = TextWorkers(c, self.env, generation, actor)

@@ -21,6 +21,9 @@ from embodied_rl.workers.weights import load_host_weights, weights_template, hos
 
 
 class GenerationWorker(Worker):
+    prompt = {"prompt_format": "chat", "template": "{question}"}
+    """How questions become prompts (``prompt_ids``' options; set per worker from ``model.prompt_*``)."""
+
     def __init__(self, model: dict, quantization: str = "none", engine: str = "hf",
                  engine_options: dict | None = None, **kwargs):
         super().__init__(**kwargs)

@@ -24,6 +24,7 @@ from embodied_rl.algorithms import text_rl
 from embodied_rl.engines.training import DataParallelConfig, DataParallelEngine
 from embodied_rl.models.causal_lm.chat import answer_ids, build_lm, padding_id, prompt_ids
 from embodied_rl.models.causal_lm.logprobs import response_logprobs
+from embodied_rl.models.causal_lm.lora import add_lora, merged_state_dict
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.workers.messages import POLICY_VERSION_KEY
@@ -32,15 +33,21 @@ from embodied_rl.workers.weights import as_tensor, host_weights
 
 class LMActorWorker(Worker):
     def __init__(self, model: dict, algorithm: text_rl.TextRLConfig, seed: int = 0,
-                 data_parallel: dict | None = None, **kwargs):
+                 data_parallel: dict | None = None, lora: dict | None = None, **kwargs):
         super().__init__(**kwargs)
         torch.manual_seed(seed)
         self.model, self.tokenizer = build_lm(model["name"], model.get("seed", 0))
         self.prompt = dict(prompt_format=model.get("prompt_format", "chat"),
                            template=model.get("prompt_template", "{question}"))
-        # Mixed precision: a bf16 checkpoint trains on float32 master weights, its forward under autocast to bf16
+        # Mixed precision: a bf16 checkpoint trains on float32 master weights, its forward under autocast to bf16.
+        # With LoRA the frozen base stays in the checkpoint's dtype and only the adapters are float32.
         self.compute_dtype = self.model.dtype
-        self.model.to(device=self.device, dtype=torch.float32).train()
+        self.lora = bool(lora and lora.get("rank"))
+        if self.lora:
+            add_lora(self.model, int(lora["rank"]), float(lora.get("alpha") or 0.0))
+            self.model.to(device=self.device).train()
+        else:
+            self.model.to(device=self.device, dtype=torch.float32).train()
         parallel = {"rank": self.rank, "world_size": self.world_size, **data_parallel} if data_parallel else {}
         self.mixed_precision = self.compute_dtype != torch.float32 and parallel.get("backend") != "megatron"
         if parallel.get("backend") == "megatron":  # tensor parallel: self.model becomes this rank's Megatron slice
@@ -53,7 +60,8 @@ class LMActorWorker(Worker):
             self.engine = DataParallelEngine(self.model, DataParallelConfig(**parallel), self.device)
         self.engine.check_same(seed, "the actor's seed")  # the minibatch rows are drawn alike on every rank
         self.algorithm = algorithm
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-3,
+                                           weight_decay=0.0)
         self.generator = torch.Generator().manual_seed(seed + 1000)
         self.reference = None
         self.policy_version = 0
@@ -74,11 +82,15 @@ class LMActorWorker(Worker):
         the other data-parallel ranks).
         ``only_trained`` is taken for ``WeightSync``'s one interface: every weight of the LM is trained."""
         if not self.engine.distributed:
-            return host_weights(self.model), self.policy_version
+            return host_weights(state=self._sent_state(self.model.state_dict())), self.policy_version
         state = self.engine.full_state_dict()
         if state is None:
             return None
-        return host_weights(state=state), self.policy_version
+        return host_weights(state=self._sent_state(state)), self.policy_version
+
+    def _sent_state(self, state: dict) -> dict:
+        """What generation workers and saved models get: with LoRA the merged weights under the plain names."""
+        return merged_state_dict(self.model) if self.lora else state
 
     def broadcast_weights(self, collective: str, only_trained: bool = False) -> int | None:
         """Send the whole model and the policy version to every other rank of ``collective``, of which rank 0 of
@@ -87,6 +99,7 @@ class LMActorWorker(Worker):
         state = self.engine.full_state_dict() if self.engine.distributed else self.model.state_dict()
         if state is None:
             return None
+        state = self._sent_state(state)
         # in the dtype the generation workers hold the model in (the checkpoint's): half the bytes of the masters
         state = {name: value.detach().to(self.compute_dtype) if value.is_floating_point() else value.detach()
                  for name, value in state.items()}
@@ -255,7 +268,10 @@ class LMActorWorker(Worker):
         if self.reference is not None and self.resumable:
             reference = self.engine.full_state_dict(self.reference)
             reference = None if reference is None else {k: v.detach().cpu().clone() for k, v in reference.items()}
-        weights = self.get_weights()
+        if self.lora:  # the adapters beside the frozen base, as trained (the merged weights would not resume)
+            weights = (host_weights(self.model),)  # LoRA runs have one trainer process
+        else:
+            weights = self.get_weights()
         if weights is None:
             return None
         buffer = io.BytesIO()
@@ -293,7 +309,10 @@ class LMActorWorker(Worker):
         from embodied_rl.models.causal_lm.loading import save_causal_lm
 
         model = self.engine.full_module() if self.engine.distributed else self.model
-        return None if model is None else str(save_causal_lm(model, self.tokenizer, directory, self.compute_dtype))
+        if model is None:
+            return None
+        state = merged_state_dict(model) if self.lora else None
+        return str(save_causal_lm(model, self.tokenizer, directory, self.compute_dtype, state))
 
 
 def trained_tokens(loss_mask: list[list[int]], lengths: torch.Tensor) -> torch.Tensor:

@@ -43,3 +43,11 @@ def test_an_unparseable_override_of_an_embodied_task_names_it():
 
     with pytest.raises(ConfigError, match=r"policy.hidden_sizes='\[1,' does not parse"):
         load_train_config("maniskill_pushcube", None, ["policy.hidden_sizes=[1,"])
+
+
+@pytest.mark.parametrize("overrides, key", [(["actor.lora_rank=-1"], "actor.lora_rank"),
+                                            (["actor.lora_rank=4", "actor.backend=fsdp", "actor.world_size=2"],
+                                             "actor.backend")])
+def test_bad_lora_settings_are_one_line(overrides, key):
+    with pytest.raises(ConfigError, match=key):
+        load_reasoning_config("math_arith", None, overrides)

@@ -1,7 +1,7 @@
 """A reasoning run resumed from a checkpoint goes on bit for bit as if it had never stopped: the same metrics rows
 and the same final weights as the uninterrupted run (weights, AdamW moments, the KL reference, the RNGs and the
 env's prompt sampler all come back). Also for a Qwen2 published in bf16 (float32 master weights in the checkpoint,
-the saved model in bf16) and a Llama-3-style model without a pad token."""
+the saved model in bf16), a Llama-3-style model without a pad token, and LoRA adapters on the bf16 Qwen2."""
 
 import json
 import shutil
@@ -35,6 +35,9 @@ MULTI_TURN = ["env.count=60", "env.heldout_count=4", "sft.steps=3", "sft.batch_s
                                              pytest.param("math_arith", SMALL + ["model.name=qwen2"],
                                                           marks=pytest.mark.slow),
                                              pytest.param("math_arith", SMALL + ["model.name=llama3"],
+                                                          marks=pytest.mark.slow),
+                                             pytest.param("math_arith", SMALL + ["model.name=qwen2",
+                                                                                 "actor.lora_rank=4"],
                                                           marks=pytest.mark.slow)])
 def test_a_resumed_reasoning_run_continues_bit_for_bit(tmp_path, cluster, task, overrides):
     from embodied_rl.config.reasoning import load_reasoning_config
@@ -76,7 +79,15 @@ def test_a_resumed_reasoning_run_continues_bit_for_bit(tmp_path, cluster, task, 
     if published:  # saved as published (bf16); the checkpoint holds the float32 master weights
         assert {v.dtype for v in got.values()} == {torch.bfloat16}
         masters = load_file(str(whole / "checkpoints" / "iter_000004" / "model.safetensors"))
-        assert {v.dtype for v in masters.values()} == {torch.float32}
+        if "actor.lora_rank=4" in overrides:  # the frozen base in bf16, the adapters in float32; saved merged
+            assert {v.dtype for k, v in masters.items() if "lora_" in k} == {torch.float32}
+            assert {v.dtype for k, v in masters.items() if "lora_" not in k} == {torch.bfloat16}
+            assert not any("lora_" in k for k in got) and got.keys() == load_file(
+                str(directory / "model.safetensors")).keys()
+            base = load_file(str(directory / "model.safetensors"))
+            assert any(not torch.equal(got[k], base[k]) for k in got)  # the merged adapters moved the weights
+        else:
+            assert {v.dtype for v in masters.values()} == {torch.float32}
         rows = [r for r in _rows(whole) if "train/rollout_trainer_logp_diff" in r]
         assert rows and max(r["train/rollout_trainer_logp_diff"] for r in rows) < 5e-3  # bf16 sampler, fp32 masters
 

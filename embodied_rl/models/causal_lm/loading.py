@@ -56,15 +56,17 @@ def load_tokenizer(name: str | Path):
     return AutoTokenizer.from_pretrained(directory, local_files_only=True)
 
 
-def save_causal_lm(model, tokenizer, directory: str | Path, dtype=None) -> Path:
+def save_causal_lm(model, tokenizer, directory: str | Path, dtype=None, state: dict | None = None) -> Path:
     """Write ``model`` and ``tokenizer`` in the Hugging Face layout (safetensors), loadable by ``load_causal_lm``
     and by ``transformers`` itself. ``dtype`` (a ``torch.dtype``): the weights written in it and declared in
-    ``config.json`` (a trainer's float32 master weights saved as the bf16 checkpoint they came from); None: as held."""
+    ``config.json`` (a trainer's float32 master weights saved as the bf16 checkpoint they came from); None: as held.
+    ``state``: the weights to write instead of ``model``'s own (LoRA merged into the plain names)."""
     import json
 
     directory = Path(directory)
-    state = None if dtype is None else {k: v.to(dtype) if v.is_floating_point() else v
-                                        for k, v in model.state_dict().items()}
+    if state is not None or dtype is not None:
+        state = {k: v.to(dtype) if dtype is not None and v.is_floating_point() else v
+                 for k, v in (state if state is not None else model.state_dict()).items()}
     model.save_pretrained(directory, safe_serialization=True, state_dict=state)
     if dtype is not None:
         config_file = directory / "config.json"

@@ -70,3 +70,27 @@ def test_raw_prompts_for_a_base_model_and_a_prompt_template(tmp_path):
     assert tokenizer.decode(raw, skip_special_tokens=True) == "1+2 Give the final answer after '####'."
     chat = tokenizer.decode(prompt_ids(tokenizer, "1+2", "chat", template))
     assert chat.startswith("<|begin_of_text|><|start_header_id|>user") and "1+2 Give the final" in chat
+
+
+def test_lora_adapters_merge_into_the_plain_model_they_came_from(tmp_path):
+    """A LoRA model's merged weights, loaded into the plain model, give its logits (what generation workers and saved
+    models get); only the float32 adapters train."""
+    from embodied_rl.models.causal_lm.lora import add_lora, merged_state_dict
+
+    directory = write_tiny_checkpoint(tmp_path / "qwen2", "qwen2", dtype="float32")
+    model, _ = load_causal_lm(directory)
+    plain, _ = load_causal_lm(directory)
+    trained = add_lora(model, 4)
+    assert trained == sum(p.numel() for p in model.parameters() if p.requires_grad) > 0
+    assert all("lora_" in n and p.dtype == torch.float32 for n, p in model.named_parameters() if p.requires_grad)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.05)  # as if trained (B starts at zero)
+    merged = merged_state_dict(model)
+    assert merged.keys() == plain.state_dict().keys()
+    plain.load_state_dict(merged)
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(plain(input_ids=ids).logits, model(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
+        assert not torch.allclose(plain(input_ids=ids).logits, load_causal_lm(directory)[0](input_ids=ids).logits)
