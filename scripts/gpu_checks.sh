@@ -41,6 +41,9 @@ PY
 # Full-size OpenVLA-OFT and Pi0 in bf16 (LoRA 32): act, evaluate + backward, an Adam step, the weight sync's payload
 # and a checkpoint with its reload, each asserted; times and peak memory per phase.
 check vla-full "torch transformers peft safetensors" python scripts/gpu_vla_checks.py
+# A tiny Qwen2 saved in bf16 on the GPU: float32 masters under autocast, chunked log-probs, AdamW, LoRA merging, HF
+# sampling that ignores the checkpoint's generation_config.
+check lm-mixed "torch transformers peft tokenizers" python scripts/gpu_lm_checks.py
 # The GPU-marked tests (CUDA IPC, offload, devices of workers, NCCL collectives, the GPU simulator).
 check pytest-gpu "ray mani_skill pytest" python -m pytest -q -m gpu -rs
 # A short GPU-sim training run (PPO, 256 envs).
