@@ -49,7 +49,7 @@ def check_mixed_precision(directory: Path) -> str:
         logprobs.CHUNK_TOKENS = 3
         chunked, mask = logprobs.response_logprobs(model, PROMPTS, RESPONSES, 0, 0.7)
         full, _ = logprobs.response_logprobs(LogitsOnly(model), PROMPTS, RESPONSES, 0, 0.7)
-    difference = float(((chunked - full).abs() * mask).max())
+    difference = float(((chunked - full).abs() * mask).max().detach())
     assert difference < 1e-2, f"chunked vs full log-probs differ by {difference}"
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
