@@ -30,17 +30,6 @@ PROMPTS = [[3, 4, 5, 6], [7, 8], [9, 10, 11]]
 RESPONSES = [[12, 13, 14], [15, 16, 17, 18, 19], [20]]
 
 
-class LogitsOnly(torch.nn.Module):
-    """The model seen through its logits alone: ``response_logprobs``' full-logits path."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask):
-        return self.model(input_ids=input_ids, attention_mask=attention_mask)
-
-
 def check_mixed_precision(directory: Path) -> str:
     model, _ = load_causal_lm(directory)
     assert model.dtype == torch.bfloat16
@@ -48,7 +37,7 @@ def check_mixed_precision(directory: Path) -> str:
     with torch.autocast("cuda", dtype=torch.bfloat16):
         logprobs.CHUNK_TOKENS = 3
         chunked, mask = logprobs.response_logprobs(model, PROMPTS, RESPONSES, 0, 0.7)
-        full, _ = logprobs.response_logprobs(LogitsOnly(model), PROMPTS, RESPONSES, 0, 0.7)
+        full, _ = logprobs.response_logprobs(model, PROMPTS, RESPONSES, 0, 0.7, full_logits=True)
     difference = float(((chunked - full).abs() * mask).max().detach())
     assert difference < 1e-2, f"chunked vs full log-probs differ by {difference}"
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)

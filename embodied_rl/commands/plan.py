@@ -65,8 +65,8 @@ def embodied_plan(config) -> dict:
     chunk = int(getattr(policy, "action_chunk", 1) or 1)
     a, env = config.algorithm, config.env
     decisions = env.num_workers * env.envs_per_worker * config.rollout.steps_per_iteration // chunk
-    rows = max(1, decisions // getattr(a, "num_minibatches", 1)) if hasattr(a, "num_minibatches") else int(
-        getattr(a, "batch_size", decisions))
+    minibatches = getattr(a, "num_minibatches", None)  # RL; SFT trains on batch_size demonstrations at a time
+    rows = max(1, decisions // minibatches) if minibatches else int(getattr(a, "batch_size", decisions))
     rows = min(rows, config.actor.micro_batch_size or rows)
     activations = sum(s.activation_bytes(rows, e, config.actor.activation_checkpointing) for s in stacks)
     per_row = sum(s.activation_bytes(1, e, config.actor.activation_checkpointing) for s in stacks)
@@ -84,18 +84,23 @@ def embodied_plan(config) -> dict:
             "components": {"actor": actor, "rollout": rollout}}
 
 
-def placements(plan: dict, gpus: int, gpu_gib: float) -> dict:
-    """Peak per GPU (GiB) and the verdict of each placement on ``gpus`` GPUs of ``gpu_gib``."""
-    actor = sum(plan["components"]["actor"].values()) / GIB
-    rollout = sum(plan["components"]["rollout"].values()) / GIB
-    usable = gpu_gib - HEADROOM_GIB
-    result = {"collocated": {"peak_gib": max(actor, rollout), "gpus": 1}}
-    # every GPU holds the actor's turn (it is one process: its peak is on one GPU) or a rollout worker's
-    if gpus >= 2:
-        result["disaggregated"] = {"peak_gib": max(actor, rollout), "gpus": 1 + plan["rollout_workers"]}
+def placements(trainer_gib: float, sampler_gib: float, collocated_gpus: int, disaggregated_gpus: int, gpus: int,
+               gpu_gib: float) -> dict:
+    """Peak per GPU (GiB), GPUs needed and the verdict of each placement on ``gpus`` GPUs of ``gpu_gib``: a GPU holds
+    a trainer's or a sampler's peak either way (collocated, they take turns and the other is offloaded)."""
+    peak = max(trainer_gib, sampler_gib)
+    result = {"collocated": {"peak_gib": peak, "gpus": collocated_gpus},
+              "disaggregated": {"peak_gib": peak, "gpus": disaggregated_gpus}}
     for entry in result.values():
-        entry["fits"] = entry["peak_gib"] <= usable and entry["gpus"] <= gpus
+        entry["fits"] = entry["peak_gib"] <= gpu_gib - HEADROOM_GIB and entry["gpus"] <= gpus
     return result
+
+
+def print_placements(result: dict, gpu_gib: float, indent: str = "") -> None:
+    for mode, entry in result.items():
+        verdict = "fits" if entry["fits"] else "does not fit"
+        print(f"{indent}{mode}: {entry['gpus']} GPU(s), peak {entry['peak_gib']:.1f} GiB per GPU of {gpu_gib:g} GiB "
+              f"({HEADROOM_GIB:g} GiB kept free): {verdict}")
 
 
 def _row(name: str, parts: dict) -> str:
@@ -122,8 +127,10 @@ def run_plan(task: str | None, config_file: str | None, overrides: list[str], gp
     plans = []
     for stage in stages:
         plan = embodied_plan(stage.config)
+        actor, rollout = (sum(plan["components"][k].values()) / GIB for k in ("actor", "rollout"))
+        # the embodied actor is one process: its peak is on one GPU whatever the count
         plan.update(stage=stage.name, algorithm=stage.config.algorithm.name, gpus=gpus, gpu_memory_gib=gpu_gib,
-                    placements=placements(plan, gpus, gpu_gib))
+                    placements=placements(actor, rollout, 1, 1 + plan["rollout_workers"], gpus, gpu_gib))
         plans.append(plan)
     if as_json:
         print(json.dumps(plans))
@@ -142,10 +149,7 @@ def _print(task: str, plan: dict, gpu_gib: float) -> None:
     print(f"  {'GiB':10s}{'weights':>11s}{'gradients':>11s}{'optimizer':>11s}{'activations':>12s}{'total':>10s}")
     for name, parts in plan["components"].items():
         print("  " + _row(name, parts))
-    for mode, entry in plan["placements"].items():
-        verdict = "fits" if entry["fits"] else "does not fit"
-        print(f"  {mode}: {entry['gpus']} GPU(s), peak {entry['peak_gib']:.1f} GiB per GPU of {gpu_gib:g} GiB "
-              f"({HEADROOM_GIB:g} GiB kept free): {verdict}")
+    print_placements(plan["placements"], gpu_gib, "  ")
     rows = largest_micro_batch(plan, gpu_gib)
     if rows is not None and rows < plan["update_rows"]:
         print(f"  the actor fits with actor.micro_batch_size={rows} (the same gradient, in "

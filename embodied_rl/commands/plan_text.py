@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from embodied_rl.commands.plan import HEADROOM_GIB
+from embodied_rl.commands.plan import placements, print_placements
 from embodied_rl.models.memory import GIB, Stack
 
 PROMPT_TOKENS = 256
@@ -72,16 +72,9 @@ def run_text_plan(task: str, config_file: str | None, overrides: list[str], gpus
 
     config = load_reasoning_config(task, config_file, overrides)
     plan = text_plan(config, prompt_tokens)
-    trainer = sum(plan["components"]["trainer rank"].values()) / GIB
-    generation = sum(plan["components"]["generation"].values()) / GIB
-    usable = gpu_gib - HEADROOM_GIB
-    needed = plan["trainer_ranks"] + plan["generation_workers"]
-    plan["placements"] = {
-        "collocated": {"peak_gib": max(trainer, generation), "gpus": max(plan["trainer_ranks"],
-                                                                         plan["generation_workers"])},
-        "disaggregated": {"peak_gib": max(trainer, generation), "gpus": needed}}
-    for entry in plan["placements"].values():
-        entry["fits"] = entry["peak_gib"] <= usable and entry["gpus"] <= gpus
+    trainer, generation = (sum(plan["components"][k].values()) / GIB for k in ("trainer rank", "generation"))
+    ranks, workers = plan["trainer_ranks"], plan["generation_workers"]
+    plan["placements"] = placements(trainer, generation, max(ranks, workers), ranks + workers, gpus, gpu_gib)
     plan.update(gpus=gpus, gpu_memory_gib=gpu_gib)
     if as_json:
         print(json.dumps(plan))
@@ -92,8 +85,5 @@ def run_text_plan(task: str, config_file: str | None, overrides: list[str], gpus
     for name, parts in plan["components"].items():
         cells = ", ".join(f"{k} {v / GIB:.2f}" for k, v in parts.items())
         print(f"{name}: {sum(parts.values()) / GIB:.2f} GiB ({cells})")
-    for mode, entry in plan["placements"].items():
-        verdict = "fits" if entry["fits"] else "does not fit"
-        print(f"{mode}: {entry['gpus']} GPU(s), peak {entry['peak_gib']:.1f} GiB per GPU of {gpu_gib:g} GiB "
-              f"({HEADROOM_GIB:g} GiB kept free): {verdict}")
+    print_placements(plan["placements"], gpu_gib)
     return 0

@@ -6,6 +6,7 @@ embodied runs; every problem is a ``ConfigError`` naming the key.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -80,8 +81,6 @@ LR_SCHEDULES = ("constant", "linear", "cosine")
 def rl_learning_rate(rl: "RLStageConfig", iteration: int) -> float:
     """The learning rate of RL iteration ``iteration`` (1-based): linear warm-up over ``rl.warmup_iterations``, then
     ``rl.lr_schedule`` from ``rl.lr`` down to ``rl.lr * rl.min_lr_ratio`` at iteration ``rl.iterations``."""
-    import math
-
     if iteration <= rl.warmup_iterations:
         return rl.lr * iteration / rl.warmup_iterations
     span = max(rl.iterations - rl.warmup_iterations, 1)

@@ -119,14 +119,17 @@ def _trains(module: torch.nn.Module) -> bool:
 
 def _openvla_stacks(policy, attention: str | None) -> list[Stack]:
     vision, language = policy.config.vision, policy.config.language
-    cameras = 1  # obs_shapes["rgb"] channels / 3: the patches of each camera go to the LM
-    patches = (vision.image_size // vision.patch_size) ** 2 * cameras
+    per_image = (vision.image_size // vision.patch_size) ** 2
+    patches = per_image * policy.cameras  # every camera's patches go to the LM
     tower_trained = _trains(policy.vision_backbone)
+    # the towers see each camera's image on its own: counted as one sequence of all of them (their terms are linear
+    # in tokens with SDPA)
     stacks = [Stack("siglip", "encoder", vision.siglip_layers, patches, vision.siglip_width, vision.siglip_mlp,
                     vision.siglip_heads, vision.siglip_width, tower_trained)]
     if vision.fused:
-        stacks.append(Stack("dinov2", "encoder", vision.dino_layers, patches + 1 + vision.dino_registers,
-                            vision.dino_width, vision.dino_mlp, vision.dino_heads, vision.dino_width, tower_trained))
+        stacks.append(Stack("dinov2", "encoder", vision.dino_layers,
+                            (per_image + 1 + vision.dino_registers) * policy.cameras, vision.dino_width,
+                            vision.dino_mlp, vision.dino_heads, vision.dino_width, tower_trained))
     tokens = patches + policy.config.max_instruction_tokens + int(policy.use_proprio) + policy.tokens_per_decision
     kv_width = language.width // language.heads * language.kv_heads
     stacks.append(Stack("language_model", "decoder", language.layers, tokens, language.width, language.mlp,

@@ -1,6 +1,6 @@
 """The memory model behind ``embodied-rl plan``: parameter sizes from a policy built on the meta device are the real
 policy's, and the activation estimate of each architecture is within 25% of the bytes autograd actually keeps for
-the backward pass (measured here on CPU, tiny and small sizes)."""
+the backward pass (measured here on CPU, tiny and small sizes; the OpenVLA policies within 10%)."""
 
 import pytest
 import torch
@@ -21,6 +21,7 @@ POLICIES = {
     "openvla_oft bf16 LoRA": dict(name="openvla_oft", dtype="bfloat16", lora_rank=4),
     "openvla_oft fused vision": dict(name="openvla_oft", fused_vision=True),
     "openvla (autoregressive)": dict(name="openvla"),
+    "openvla_oft two cameras": dict(name="openvla_oft", obs_shapes={"rgb": [32, 32, 6], "state": [5]}),
     "pi0 fp32": dict(name="pi0", num_denoising_steps=3),
     "pi0 bf16 LoRA": dict(name="pi0", num_denoising_steps=3, dtype="bfloat16", lora_rank=4),
 }
@@ -30,7 +31,7 @@ def _spec(options: dict) -> dict:
     if options["name"] == "pi0":
         return dict(obs_dim=5, action_dim=4, hidden_sizes=[16], action_chunk=4,
                     obs_shapes={"rgb": [32, 32, 3], "state": [5]}, **options)
-    return dict(obs_dim=5, action_dim=3, hidden_sizes=[32], action_chunk=2, obs_shapes=SHAPES, **options)
+    return {**dict(obs_dim=5, action_dim=3, hidden_sizes=[32], action_chunk=2, obs_shapes=SHAPES), **options}
 
 
 @pytest.mark.parametrize("label", list(POLICIES))
@@ -46,11 +47,16 @@ def test_the_activation_estimate_is_within_25_percent_of_what_autograd_keeps(lab
     torch.manual_seed(0)
     policy = build_policy(**_spec(POLICIES[label]))
     obs = observations(batch=BATCH) if POLICIES[label]["name"] == "pi0" else make_obs(BATCH)
+    if "two cameras" in label:
+        obs["rgb"] = torch.cat([obs["rgb"], obs["rgb"].flip(1)], dim=-1)
     with torch.no_grad():
         actions, _, _, stored = policy.act(obs)
     _, measured = saved_activation_bytes(policy, lambda: policy.evaluate({**obs, **stored}, actions))
     estimate = sum(s.activation_bytes(BATCH, compute_bytes(policy)) for s in policy_stacks(policy))
-    assert 0.75 < estimate / measured < 1.25, f"{label}: estimate {estimate:.0f} B, measured {measured:.0f} B"
+    # the goal is 25%; the OpenVLA family is held to 10% (measured 0.96-1.07), so one camera counted instead of two
+    # (0.78) fails
+    band = 0.25 if POLICIES[label]["name"] == "pi0" else 0.10
+    assert 1 - band < estimate / measured < 1 + band, f"{label}: estimate {estimate:.0f} B, measured {measured:.0f} B"
 
 
 @pytest.mark.parametrize("size", ["tiny", "small"])

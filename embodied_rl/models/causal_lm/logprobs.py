@@ -16,11 +16,12 @@ CHUNK_TOKENS = 1024
 
 
 def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                      temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                      temperature: float = 1.0, full_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logp, mask)``, both ``[B, L]`` (L: the longest response): ``logp[b, j]`` is log p(response_b[j] | prompt_b,
     response_b[:j]) with the logits divided by ``temperature`` (0 or 1: unscaled), as the engine sampled them;
     ``mask`` is 1 on response tokens. Rows are right-padded, so positions count from each prompt's first token, as
-    in generation from left-padded prompts."""
+    in generation from left-padded prompts. ``full_logits``: score from the model's logits even where it has an
+    output layer (the reference the chunked path is checked against)."""
     device = next(model.parameters()).device
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
     width, longest = max(lengths), max(len(r) for r in responses)
@@ -36,7 +37,7 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
     positions = torch.tensor([len(p) - 1 + j for p, r in zip(prompts, responses) for j in range(len(r))],
                              dtype=torch.long)
     targets = torch.tensor([t for r in responses for t in r], dtype=torch.long, device=device)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = None if full_logits or not hasattr(model, "get_output_embeddings") else model.get_output_embeddings()
     if head is not None:
         out = model(input_ids=ids.to(device), attention_mask=attention.to(device), output_hidden_states=True,
                     logits_to_keep=1)

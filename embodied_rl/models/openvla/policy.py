@@ -95,6 +95,7 @@ class OpenVLAPolicy(Policy):
             raise ValueError(f"openvla option obs_shapes={obs_shapes!r} is not allowed; allowed values: a dict with "
                              f"'rgb': [H, W, 3 x cameras] (env.obs_mode=rgb)")
         self.action_dim, self.action_chunk, self.state_dim = int(action_dim), int(action_chunk), int(obs_dim)
+        self.cameras = int(obs_shapes["rgb"][2]) // 3
         self.size = size
         self.use_proprio = bool(self.default_proprio if use_proprio is None else use_proprio) and self.state_dim > 0
 
