@@ -78,3 +78,27 @@ def act_during_run(run_dir: Path, plan: list[tuple[int, object]], act, deadline_
                 and time.monotonic() - start < deadline_s:
             time.sleep(0.05)
         act(what)
+
+
+def start_rank_processes(script: str, world_size: int, *args: str) -> list[subprocess.Popen]:
+    """``python script RANK WORLD_SIZE *args`` for every rank, with the repository on ``PYTHONPATH`` and gloo on
+    loopback (every rank is on this machine); stdout and stderr captured for ``wait_rank_processes``."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo",
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    return [subprocess.Popen([sys.executable, script, str(rank), str(world_size), *map(str, args)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for rank in range(world_size)]
+
+
+def wait_rank_processes(ranks: list[subprocess.Popen], timeout_s: float = 300) -> None:
+    """Every rank's exit; on a failure or a timeout, an assertion error with every rank's log."""
+    try:
+        logs = [process.communicate(timeout=timeout_s)[0] for process in ranks]
+    except subprocess.TimeoutExpired:
+        for process in ranks:
+            process.kill()
+        logs = [process.communicate()[0] for process in ranks]
+    codes = [process.returncode for process in ranks]
+    assert codes == [0] * len(ranks), "rank exit codes %s:\n%s" % (codes, "\n".join(
+        f"--- rank {rank}:\n{log[-3000:]}" for rank, log in enumerate(logs)))

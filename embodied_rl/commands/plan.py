@@ -7,7 +7,8 @@ starts (no Ray, no GPU; one CPU env is made to read the task's observation and a
 Per component: weights (exact, from the policy built on the meta device), gradients and Adam moments of the trained
 weights (float32 master weights), activations of one update pass (``models/memory.py``: a minibatch, or a
 micro-batch with ``actor.micro_batch_size``; ``actor.activation_checkpointing``), and the rollout worker's inference
-working set. Placements: collocated (every component on every GPU, taking turns, the actor offloaded while the
+working set. A sharded actor (``actor.backend=fsdp``) is planned per rank: its shard of the weights, gradients and
+Adam state, what FSDP gathers whole while it runs, and the activations of its slice of each minibatch. Placements: collocated (every component on every GPU, taking turns, the actor offloaded while the
 rollout samples: the larger of the two phases) and disaggregated (the actor on a GPU of its own, rollout workers on
 the others). GPU simulator memory is not modelled (not measured yet): a verdict is for the models alone.
 """
@@ -67,21 +68,38 @@ def embodied_plan(config) -> dict:
     decisions = env.num_workers * env.envs_per_worker * config.rollout.steps_per_iteration // chunk
     minibatches = getattr(a, "num_minibatches", None)  # RL; SFT trains on batch_size demonstrations at a time
     rows = max(1, decisions // minibatches) if minibatches else int(getattr(a, "batch_size", decisions))
-    rows = min(rows, config.actor.micro_batch_size or rows)
+    ranks = config.actor.world_size
+    rows = min(math.ceil(rows / ranks), config.actor.micro_batch_size or rows)  # a rank's slice, or micro-batch
     activations = sum(s.activation_bytes(rows, e, config.actor.activation_checkpointing) for s in stacks)
     per_row = sum(s.activation_bytes(1, e, config.actor.activation_checkpointing) for s in stacks)
     if not stacks:  # MLP / CNN: small; each layer's input and output per row, float32
         activations = 3 * 4 * rows * sum(p.shape[0] for p in policy.parameters() if p.dim() == 2)
     inference_batch = math.ceil(env.num_workers * env.envs_per_worker / config.rollout.num_workers)
     weights = params.weight_bytes + buffers
-    actor = {"weights": weights, "gradients": params.trained_bytes, "optimizer": params.adam_bytes(),
+    actor = {"weights": sharded_weight_bytes(policy, ranks) + buffers if ranks > 1 else weights,
+             "gradients": params.trained_bytes / ranks, "optimizer": params.adam_bytes() / ranks,
              "activations": activations}
     rollout = {"weights": weights, "activations": inference_bytes(stacks, inference_batch, e)}
     return {"policy": config.policy.name, "size": config.policy.size, "dtype": str(getattr(
         policy, "compute_dtype", "float32")).removeprefix("torch."), "parameters": params.count,
             "trained_parameters": params.trained_count, "update_rows": rows, "inference_batch": inference_batch,
             "rollout_workers": config.rollout.num_workers, "activation_bytes_per_row": per_row,
+            "actor_ranks": ranks,
             "components": {"actor": actor, "rollout": rollout}}
+
+
+def sharded_weight_bytes(policy, ranks: int) -> float:
+    """A sharded actor rank's weights at their peak (``actor.backend=fsdp``): its shard of every weight, plus what
+    FSDP gathers whole while the policy runs: the root group (weights outside every shard group: embeddings,
+    heads, Pi0's VLM) and two shard groups (the one running and the next, prefetched)."""
+    from embodied_rl.engines.training.data_parallel import transformer_blocks
+
+    units = policy.fsdp_units() if hasattr(policy, "fsdp_units") else transformer_blocks(policy)
+    size = lambda module: sum(p.numel() * p.element_size() for p in module.parameters())  # noqa: E731
+    total = size(policy)
+    unit_bytes = [size(unit) for unit in units]
+    gathered = total - sum(unit_bytes) + 2 * max(unit_bytes, default=0)
+    return total / ranks + gathered * (ranks - 1) / ranks
 
 
 def placements(trainer_gib: float, sampler_gib: float, collocated_gpus: int, disaggregated_gpus: int, gpus: int,
@@ -128,9 +146,10 @@ def run_plan(task: str | None, config_file: str | None, overrides: list[str], gp
     for stage in stages:
         plan = embodied_plan(stage.config)
         actor, rollout = (sum(plan["components"][k].values()) / GIB for k in ("actor", "rollout"))
-        # the embodied actor is one process: its peak is on one GPU whatever the count
+        # the embodied actor's peak is on each of its ranks' GPUs (one rank: one GPU whatever the count)
+        ranks = plan["actor_ranks"]
         plan.update(stage=stage.name, algorithm=stage.config.algorithm.name, gpus=gpus, gpu_memory_gib=gpu_gib,
-                    placements=placements(actor, rollout, 1, 1 + plan["rollout_workers"], gpus, gpu_gib))
+                    placements=placements(actor, rollout, ranks, ranks + plan["rollout_workers"], gpus, gpu_gib))
         plans.append(plan)
     if as_json:
         print(json.dumps(plans))
@@ -145,7 +164,8 @@ def _print(task: str, plan: dict, gpu_gib: float) -> None:
     print(f"plan of stage {plan['stage']} ({plan['algorithm']}): {task}, policy {plan['policy']} ({plan['size']}, "
           f"{plan['dtype']}): {plan['parameters'] / 1e9:.3f}B parameters ({plan['trained_parameters'] / 1e6:.2f}M "
           f"trained, float32)")
-    print(f"  update pass: {plan['update_rows']} rows; rollout inference batch: {plan['inference_batch']}")
+    sharded = f" per actor rank ({plan['actor_ranks']} ranks, FSDP)" if plan["actor_ranks"] > 1 else ""
+    print(f"  update pass: {plan['update_rows']} rows{sharded}; rollout inference batch: {plan['inference_batch']}")
     print(f"  {'GiB':10s}{'weights':>11s}{'gradients':>11s}{'optimizer':>11s}{'activations':>12s}{'total':>10s}")
     for name, parts in plan["components"].items():
         print("  " + _row(name, parts))

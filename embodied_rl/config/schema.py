@@ -74,6 +74,11 @@ class ActorConfig:
     activation_checkpointing: bool = False
     """Recompute the policy's transformer layers in the backward pass instead of keeping their activations
     (a VLA's language model and vision tower; about a third more compute)."""
+    backend: str = "single"
+    """single (one process) or fsdp (FSDP2: ``world_size`` processes, the policy's weights, gradients and Adam state
+    sharded over them, one shard group per transformer block of a VLA; on GPUs one per actor slot)."""
+    world_size: int = 1
+    """Actor processes: 1 for backend single; >= 1 for fsdp."""
 
 
 @dataclass
@@ -260,6 +265,9 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
              "an integer >= 1")
     _require(c.actor.micro_batch_size is None or c.actor.micro_batch_size >= 1, "actor.micro_batch_size",
              c.actor.micro_batch_size, "null (one pass per minibatch) or an integer >= 1")
+    _require(c.actor.backend in ACTOR_BACKENDS, "actor.backend", c.actor.backend, ", ".join(ACTOR_BACKENDS))
+    _require(c.actor.world_size == 1 if c.actor.backend == "single" else c.actor.world_size >= 1, "actor.world_size",
+             c.actor.world_size, "1 for actor.backend=single; an integer >= 1 for fsdp")
     _require(len(c.policy.hidden_sizes) >= 1 and all(h >= 1 for h in c.policy.hidden_sizes),
              "policy.hidden_sizes", list(c.policy.hidden_sizes), "a non-empty list of positive integers")
     if purpose == "train":
@@ -289,6 +297,7 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
     _require(c.placement.actor_threads is None or c.placement.actor_threads >= 1, "placement.actor_threads",
              c.placement.actor_threads, "null or an integer >= 1")
     placement = resolve_placement(c)
+    _validate_sharded_actor(c, placement)
     _validate_autoscale(c)
     _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness,
              "0 (synchronous) or 1 (sampling overlaps the update)")
@@ -313,6 +322,36 @@ def _validate_autoscale(c: TrainConfig) -> None:
         _require(low >= 1, f"autoscale.min_{side}_workers", low, "an integer >= 1")
         _require(high is None or high >= low, f"autoscale.max_{side}_workers", high,
                  f"null or an integer >= autoscale.min_{side}_workers ({low})")
+
+
+ACTOR_BACKENDS = ("single", "fsdp")
+
+
+def _validate_sharded_actor(c: TrainConfig, placement) -> None:
+    """A sharded actor (``actor.backend=fsdp``) trains on-policy algorithms in float32 or bf16, one rank per GPU."""
+    if c.actor.backend == "single":
+        return
+    from embodied_rl.algorithms.embodied import algorithm_needs
+
+    if algorithm_needs(c.algorithm).replay:
+        raise ConfigError(f"actor.backend={c.actor.backend!r} does not train algorithm.name={c.algorithm.name!r} "
+                          "(an off-policy learner keeps its own critics and optimizers); allowed: actor.backend=single")
+    if str(c.policy.options.get("dtype", "float32")) == "float16":
+        raise ConfigError(f"actor.backend={c.actor.backend!r} needs policy.options.dtype=bfloat16 or float32, not "
+                          "float16 (its loss scaling is single-process); allowed: actor.backend=single for float16")
+    import torch
+
+    # (on a machine without GPUs, e.g. for ``embodied-rl plan`` of a GPU node, there is no GPU count to check)
+    if slots_are_gpus(c) and torch.cuda.is_available() and len(placement.slots["actor"]) < c.actor.world_size:
+        raise ConfigError(f"actor.world_size={c.actor.world_size} needs one GPU per rank, but the placement gives the "
+                          f"actor {len(placement.slots['actor'])} ({sorted(placement.slots['actor'])}); allowed: at "
+                          "most as many ranks as actor slots")
+    sampling = set(placement.slots["env"]) | set(placement.slots["rollout"])
+    if slots_are_gpus(c) and torch.cuda.is_available() and c.placement.offload == "auto" and \
+            sampling & set(placement.slots["actor"]):
+        raise ConfigError(f"actor.backend={c.actor.backend!r} on GPUs it shares with sampling would be offloaded "
+                          "between turns, which FSDP's sharded weights do not survive; allowed: "
+                          "placement.offload=never, or placement.components giving the actor its own GPUs")
 
 
 def _validate_algorithm(c: TrainConfig) -> None:

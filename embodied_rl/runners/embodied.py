@@ -26,7 +26,7 @@ from embodied_rl.runners.eval_video import record_eval_video
 from embodied_rl.runners.evaluation import episode_metrics, evaluate_policy
 from embodied_rl.runners.loop import Round, Schedule, TrainingLoop
 from embodied_rl.runners.scale_requests import take_scale_request
-from embodied_rl.runners.setup import ScaleError, ScaleRolledBack, start_workers
+from embodied_rl.runners.setup import ScaleError, ScaleRolledBack, actor_result, start_workers
 from embodied_rl.runners.device_turns import PhaseTurns
 from embodied_rl.runtime import Cluster
 from embodied_rl.runtime.deadlines import DeadlineExceeded, get_within
@@ -214,7 +214,7 @@ class EmbodiedRunner:
         if sampled is None:  # SFT: the iteration's gradient steps on the demonstrations
             a = self.config.algorithm
             steps = min(a.steps_per_iteration, a.gradient_steps - self.iteration * a.steps_per_iteration)
-            return self.workers.actor.call("sft_update", steps)[0]
+            return self.workers.actor.call("sft_update", steps)
         episodes, round_ = sampled.data
         self._episodes += episodes
         self._rounds += 1
@@ -222,7 +222,7 @@ class EmbodiedRunner:
 
     def finish_update(self, handle) -> dict:
         if self.supervised:
-            return get_within(handle, self.config.fault.update_timeout_s, "the actor's SFT update")
+            return actor_result(handle, self.config.fault.update_timeout_s, "the actor's SFT update")
         return self.workers.finish_update(handle)
 
     def sync(self) -> None:
@@ -380,7 +380,7 @@ class EmbodiedRunner:
         """Checkpoint into ``directory`` (default ``run_dir/checkpoints``); ``timeout``: seconds to wait for the
         actor's state (``ray.exceptions.GetTimeoutError`` after). ``interrupted``: a stop checkpoint
         (``interrupted_iter_N``, counters marked with ``reason``, no env states), never a clean one's replacement."""
-        state = ray.get(workers.actor.call("training_state")[0], timeout=timeout)
+        state = ray.get(workers.actor.call("training_state")[0], timeout=timeout)  # every rank gathers; rank 0's
         counters = {"iteration": self.iteration, "env_steps": self.env_steps, "policy_spec": workers.policy_spec,
                     "task": self.config.task, "best_success_once": self.best_score,
                     "eval": {k: v for k, v in self.last_eval.items() if k.startswith("eval/")}}

@@ -16,7 +16,7 @@ from embodied_rl.runtime.worker import Prestarted
 from embodied_rl.runtime.channel import ChannelTimeout
 from embodied_rl.runners.resize import (MAX_WORKER_RESTARTS, REPLACEMENT_SEED_STRIDE, Resizing,  # noqa: F401
                                         ScaleError, ScaleRolledBack)
-from embodied_rl.runners.weight_sync import WeightSync
+from embodied_rl.runners.weight_sync import WeightSync, get_failing_fast
 from embodied_rl.runtime.deadlines import DeadlineExceeded, HeartbeatWatch, get_within, one_line, wait_all_within
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.env_worker import EnvWorker
@@ -114,6 +114,8 @@ class EmbodiedWorkers(Resizing):
     env_steps_simulated: int = 0  # env steps of training rounds, from the env workers' own counters
     steps_seen: dict = field(default_factory=dict)  # env rank -> its ``steps_simulated`` when last read
 
+    rendezvous: object = None  # a sharded actor's rendezvous store (``sharded_actor_rendezvous``)
+
     weights: WeightSync = field(init=False)  # the actor's weights to the rollout workers
 
     def __post_init__(self):
@@ -153,14 +155,15 @@ class EmbodiedWorkers(Resizing):
 
     def start_update(self, progress: float = 0.0, sampled: SampledRound | None = None):
         """Start the actor's update on round ``sampled`` (default: the last one sampled) at ``progress`` of the run;
-        returns its reference, for ``finish_update``."""
+        returns its references (one per actor rank), for ``finish_update``."""
         sampled = sampled or self.last_round
         return self.actor.call("update", len(sampled.env_ranks), progress, sampled.dropped, sampled.sampling_round,
-                               list(sampled.env_ranks))[0]
+                               list(sampled.env_ranks))
 
-    def finish_update(self, update) -> dict:
-        """The metrics of an update started by ``start_update``, within ``fault.update_timeout_s``."""
-        metrics = get_within(update, self.update_timeout_s, "the actor's update (fault.update_timeout_s)")
+    def finish_update(self, update: list) -> dict:
+        """The metrics of an update started by ``start_update`` (rank 0's), within ``fault.update_timeout_s``; the
+        first failure of any rank is raised as it happens."""
+        metrics = actor_result(update, self.update_timeout_s, "the actor's update (fault.update_timeout_s)")
         self.faults["fault/stale_trajectories_dropped"] = int(metrics.get("train/stale_trajectories_dropped", 0))
         return metrics
 
@@ -438,7 +441,8 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     # the env workers, which never ran its decorator (Ray pickles the entry, a __main__ factory by value).
     task = sim_envs.get_task(config.task)
     channel = Channel.create("embodied", cluster, transport=config.channel_transport)
-    counts = {"env": config.env.num_workers, "rollout": config.rollout.num_workers, "actor": int(with_actor)}
+    actor_ranks = config.actor.world_size if with_actor else 0
+    counts = {"env": config.env.num_workers, "rollout": config.rollout.num_workers, "actor": actor_ranks}
     cpus = cpus_per_worker(counts, {component: node_ids_for(config, component) for component in counts},
                            cluster.node_cpus(), cluster_share)
     placement = resolve_placement(config)
@@ -451,7 +455,7 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     # whose shapes the policy needs (a tiny run on a loaded 2-core machine: 25-27 s of start-up before, 17-21 s after).
     early = {"rollout": Prestarted(RolloutWorker, config.rollout.num_workers, cpus, node_ids_for(config, "rollout"))}
     if with_actor:
-        early["actor"] = Prestarted(ActorWorker, 1, cpus, node_ids_for(config, "actor"))
+        early["actor"] = Prestarted(ActorWorker, actor_ranks, cpus, node_ids_for(config, "actor"))
     try:
         return _start_groups(config, task, channel, cpus, placement, cores, gpus, standby, early, env_seed_offset)
     except BaseException:
@@ -487,8 +491,9 @@ def _start_groups(config: TrainConfig, task, channel: Channel, cpus: float, plac
                           gpu_slots=gpus("rollout"), node_ids=node_ids_for(config, "rollout"))
     actor = None
     if with_actor:
-        actor = WorkerGroup(ActorWorker, "actor", 1, cpus_per_worker=cpus, policy=policy_spec,
-                            prestarted=early["actor"],
+        rendezvous, parallel = sharded_actor_rendezvous(config)
+        actor = WorkerGroup(ActorWorker, "actor", config.actor.world_size, cpus_per_worker=cpus, policy=policy_spec,
+                            prestarted=early["actor"], data_parallel=parallel,
                             start_timeout_s=fault.start_timeout_s, trajectory_timeout_s=fault.hang_timeout_s,
                             algorithm=config.algorithm, channel=channel, seed=config.seed,
                             micro_batch_size=config.actor.micro_batch_size,
@@ -496,6 +501,30 @@ def _start_groups(config: TrainConfig, task, channel: Channel, cpus: float, plac
                             torch_threads=actor_torch_threads(config), cpu_slots=cores("actor"),
                             gpu_slots=gpus("actor"),
                             node_ids=node_ids_for(config, "actor"))
-    return EmbodiedWorkers(channel, env, rollout, actor, policy_spec, placement,
-                           pipeline_stages=config.env.pipeline_stages, grouped=grouped(config),
-                           hang_timeout_s=fault.hang_timeout_s, update_timeout_s=fault.update_timeout_s)
+    workers = EmbodiedWorkers(channel, env, rollout, actor, policy_spec, placement,
+                              pipeline_stages=config.env.pipeline_stages, grouped=grouped(config),
+                              hang_timeout_s=fault.hang_timeout_s, update_timeout_s=fault.update_timeout_s)
+    if with_actor:
+        workers.rendezvous = rendezvous  # the sharded actor's store lives as long as its ranks
+    return workers
+
+
+def actor_result(futures: list, timeout_s: float, what: str):
+    """Rank 0's result of a call on every actor rank (a sharded actor's calls are collective), raising the first
+    failure of any rank at once: the others would otherwise wait in a collective until its timeout."""
+    return get_failing_fast(futures, timeout_s, what)[0]
+
+
+def sharded_actor_rendezvous(config: TrainConfig) -> tuple[object | None, dict | None]:
+    """``(store, data_parallel)`` of a sharded actor (``actor.backend=fsdp``): a rendezvous store served by the
+    driver (at its node's address on a joined cluster, which ranks on other nodes reach) and the ranks'
+    ``data_parallel`` settings, its collectives bounded by ``fault.update_timeout_s``; ``(None, None)`` for one
+    process."""
+    if config.actor.backend == "single":
+        return None, None
+    from embodied_rl.engines.training.data_parallel import serve_rendezvous
+
+    host = ray.util.get_node_ip_address() if config.cluster.address else "127.0.0.1"
+    store = serve_rendezvous(host, config.fault.update_timeout_s)
+    return store, {"backend": config.actor.backend, "master_address": host, "master_port": store.port,
+                   "served_store": True, "timeout_s": config.fault.update_timeout_s}

@@ -3,19 +3,29 @@ trajectories or demonstrations into a loss.
 
 Between its turns on a shared device the actor is offloaded: weights, gradients and Adam state go to host memory
 (``offload``) and come back for the next update (``onload``). It refuses to train or load state while offloaded.
+
+Sharded (``data_parallel={backend: fsdp, master_address, master_port, ...}``, ``actor.backend=fsdp`` with
+``actor.world_size`` N): N such workers are one actor, the policy's weights, gradients and Adam state sharded over
+them by FSDP2 (one shard group per transformer block of a VLA). Rank 0 alone reads the trajectory channel and hands
+each round's trajectories to the others; every rank then selects and prepares the same samples, draws the same
+minibatches, and computes its slice of each (``sharded_minibatch.py``: the gradient of the whole minibatch).
+``update``, ``sft_update``, ``get_weights``, ``broadcast_weights``, ``training_state`` and
+``load_training_state`` are collective: the run calls them on every rank at once; rank 0 returns the metrics, the
+whole model and the checkpoint, the others None where a result is the model's.
 """
 
 from __future__ import annotations
 
-import copy
 import io
 import time
+import warnings
 
 import numpy as np
 import torch
 
 from embodied_rl.algorithms.embodied import ALGORITHMS
 from embodied_rl.algorithms.embodied.base import PROXIMAL_LOGP, select_rows
+from embodied_rl.engines.training import DataParallelConfig, DataParallelEngine
 from embodied_rl.models import build_policy
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.channel import ChannelTimeout
@@ -23,13 +33,17 @@ from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.utils.checkpoint import read_trainer_state
 from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
 from embodied_rl.workers.micro_batches import minibatch_loss
+from embodied_rl.workers.sharded_minibatch import sharded_minibatch_loss
 from embodied_rl.workers.trajectory_buffer import concat_obs
-from embodied_rl.workers.weights import load_host_weights, weights_template, host_weights
+from embodied_rl.workers.weights import as_tensor, load_host_weights, trained_names, weights_template, host_weights
 
 TRAJECTORY_TIMEOUT_S = 120.0
 """Trajectories are on the channel by the time ``update`` is called (their env workers have returned); a longer
 wait means one was lost, and the error names the round and the env ranks still missing. Runs pass
 ``fault.hang_timeout_s``."""
+
+FORWARD_METHODS = ("evaluate", "evaluate_tokens", "supervised_loss")
+"""Policy methods that run the network (FSDP gathers the policy's own weights around them as around ``forward``)."""
 
 
 class ActorWorker(Worker):
@@ -38,8 +52,12 @@ class ActorWorker(Worker):
 
     def __init__(self, policy: dict, algorithm, channel, seed: int = 0,
                  trajectory_timeout_s: float = TRAJECTORY_TIMEOUT_S, micro_batch_size: int | None = None,
-                 activation_checkpointing: bool = False, **kwargs):
+                 activation_checkpointing: bool = False, data_parallel: dict | None = None, **kwargs):
         super().__init__(**kwargs)
+        parallel = {"rank": self.rank, "world_size": self.world_size, **data_parallel} if data_parallel else {}
+        if parallel and self.device.type == "cuda":  # the ranks share their component's GPU slots: one each
+            self.device = torch.device("cuda", self.rank % torch.cuda.device_count())
+            torch.cuda.set_device(self.device)
         self.trajectory_timeout_s = trajectory_timeout_s
         self.micro_batch_size = micro_batch_size
         self.action_dim = int(policy["action_dim"])
@@ -47,12 +65,20 @@ class ActorWorker(Worker):
         self.stale_dropped = 0  # trajectories of other rounds than the one they reached the actor for, dropped
         self.env_steps_trained = 0  # env steps of the trajectories that updates trained on (``train/...``)
         self.pending_env_steps = 0  # env steps of the rounds in ``pending``
-        torch.manual_seed(seed + self.rank)
+        torch.manual_seed(seed + (0 if parallel else self.rank))
         self.policy = build_policy(**policy).to(self.device)
         if activation_checkpointing:
             self.policy.enable_activation_checkpointing()
         self.algorithm = ALGORITHMS.get(algorithm.name)(algorithm)
         self.needs = self.algorithm.needs(algorithm)
+        if parallel and (self.needs.replay or getattr(self.policy, "compute_dtype", None) == torch.float16):
+            raise ValueError("a sharded actor (actor.backend=fsdp) trains on-policy algorithms in float32 or bf16; "
+                             "off-policy learners keep their own optimizers and fp16 needs a loss scaler per rank")
+        if parallel:  # the policy's methods return views (e.g. a squeezed value); nothing here edits them in place
+            warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+        # Sharding replaces the parameters (FSDP's DTensors): the optimizer is made after it, over the shards.
+        self.engine = DataParallelEngine(self.policy, DataParallelConfig(**parallel), self.device, FORWARD_METHODS)
+        self.engine.check_same(seed, "the actor's seed")  # the minibatch rows are drawn alike on every rank
         self.optimizer = torch.optim.Adam(self._parameter_groups(), lr=algorithm.lr, eps=1e-5)
         # fp16 compute: scale the loss so small gradients survive fp16 activations (bf16 has fp32's range)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=getattr(
@@ -62,9 +88,10 @@ class ActorWorker(Worker):
             # offloader moves only the policy and ``optimizer``: off-policy learners keep theirs in place).
             self.algorithm.bind(self.policy, self.device)
         self.channel = channel
-        self.channel.subscribe(TRAJECTORIES_KEY)
+        if self.engine.rank == 0:  # the other ranks get each round's trajectories from it
+            self.channel.subscribe(TRAJECTORIES_KEY)
         self.policy_version = 0
-        self.generator = torch.Generator().manual_seed(seed + 1000 + self.rank)
+        self.generator = torch.Generator().manual_seed(seed + 1000 + (0 if parallel else self.rank))
         self.offloader = Offloader([self.policy], [self.optimizer])
         self.pending: list[dict] = []  # selected samples of the sampling rounds of the next update
         self.reference = None  # frozen copy of the initial policy, for algorithms with a KL to it
@@ -82,7 +109,12 @@ class ActorWorker(Worker):
         return [g for g in ({"params": rest, "lr_scale": 1.0}, {"params": critic, "lr_scale": scale}) if g["params"]]
 
     def offload(self) -> MoveReport:
-        """Move weights, gradients and optimizer state to host memory (a no-op for memory on CPU)."""
+        """Move weights, gradients and optimizer state to host memory (a no-op for memory on CPU). Not for a sharded
+        actor on a GPU: FSDP's parameters are views into its own shard buffers, which a swap of ``param.data``
+        would leave behind (the config refuses it; this guards the worker)."""
+        if self.engine.distributed and self.device.type == "cuda":
+            raise RuntimeError(f"actor worker {self.address}: a sharded actor on a GPU is not offloaded "
+                               "(placement.offload=never)")
         return self.offloader.offload()
 
     def onload(self) -> MoveReport:
@@ -94,15 +126,30 @@ class ActorWorker(Worker):
             raise RuntimeError(f"actor worker {self.address} cannot {action} while offloaded; call onload() first "
                                "(in its turn on the device)")
 
-    def get_weights(self, only_trained: bool = False) -> tuple[dict, int]:
+    def get_weights(self, only_trained: bool = False) -> tuple[dict, int] | None:
         """``(state_dict as host tensors of their own dtype, policy version)``; reads the host copy when offloaded.
-        ``only_trained``: leave out frozen weights (a LoRA base) for receivers that already hold them."""
-        return host_weights(self.policy, only_trained), self.policy_version
+        ``only_trained``: leave out frozen weights (a LoRA base) for receivers that already hold them. Sharded:
+        gathered from every rank; rank 0 returns them, the others None."""
+        if not self.engine.distributed:
+            return host_weights(self.policy, only_trained), self.policy_version
+        state = self._full_state(only_trained)
+        return None if state is None else (host_weights(state=state), self.policy_version)
 
-    def broadcast_weights(self, collective: str, only_trained: bool = False) -> int:
+    def _full_state(self, only_trained: bool) -> dict | None:
+        """The sharded policy's whole state dict (``only_trained``: its ``trained_names``) on rank 0, else None."""
+        keep = trained_names(self.policy) if only_trained else None
+        state = self.engine.full_state_dict()
+        return None if state is None else {k: v for k, v in state.items() if keep is None or k in keep}
+
+    def broadcast_weights(self, collective: str, only_trained: bool = False) -> int | None:
         """As rank 0 of ``collective``: send the weights (``only_trained``: without frozen ones) and the policy
-        version to every other rank."""
-        state = {k: v.detach() for k, v in weights_template(self.policy, only_trained).items()}
+        version to every other rank. Sharded: every rank takes part in gathering them; the others return None."""
+        if self.engine.distributed:
+            state = self._full_state(only_trained)
+            if state is None:
+                return None
+        else:
+            state = {k: v.detach() for k, v in weights_template(self.policy, only_trained).items()}
         state[POLICY_VERSION_KEY] = torch.tensor(self.policy_version, dtype=torch.int64)
         self.collectives[collective].broadcast_state_dict(state, src=0)
         return self.policy_version
@@ -121,7 +168,7 @@ class ActorWorker(Worker):
         trajectory trained in another round. None: any ``num_trajectories`` trajectories, in arrival order."""
         self._require_onloaded("update")
         start, started_at = time.perf_counter(), time.time()
-        chunks = self._take_trajectories(num_trajectories, sampling_round, env_ranks)
+        chunks = self._shared_trajectories(num_trajectories, sampling_round, env_ranks)
         counted = {"train/stale_trajectories_dropped": self.stale_dropped,
                    "train/env_steps_trained": self.env_steps_trained}
         if discard or not chunks:
@@ -161,6 +208,21 @@ class ActorWorker(Worker):
                         "train/policy_staleness": staleness, "time/update_s": time.perf_counter() - start,
                         "time/update_started_at": started_at, "time/update_ended_at": time.time(), **counted})
         return metrics
+
+    def _shared_trajectories(self, count: int, sampling_round: int | None, env_ranks: list[int] | None) -> list:
+        """``_take_trajectories`` on rank 0, its result (or its error) handed to every other rank."""
+        if not self.engine.distributed:
+            return self._take_trajectories(count, sampling_round, env_ranks)
+        taken = None
+        if self.engine.rank == 0:
+            try:
+                taken = self._take_trajectories(count, sampling_round, env_ranks)
+            except Exception as error:  # the others must not wait for trajectories that will not come
+                taken = error
+        taken = self.engine.broadcast_object(taken)
+        if isinstance(taken, Exception):
+            raise taken
+        return taken
 
     def _env_steps(self, chunk: Trajectory) -> int:
         """Env steps of a trajectory: its decisions ``[T x b]`` times the simulator steps of each (action chunks)."""
@@ -261,6 +323,9 @@ class ActorWorker(Worker):
         ``micro_batch_size`` rows when set (``workers/micro_batches.py``: the same gradient)."""
         # the scaler's current factor (scale() also starts it on the first step)
         scale = float(self.scaler.scale(torch.ones((), device=self.device))) if self.scaler.is_enabled() else 1.0
+        if self.engine.distributed:
+            return sharded_minibatch_loss(lambda part: self.algorithm.evaluate(self.policy, part),
+                                          self.algorithm.loss, rows, count, self.micro_batch_size, self.engine, scale)
         return minibatch_loss(lambda part: self.algorithm.evaluate(self.policy, part), self.algorithm.loss, rows,
                               count, self.micro_batch_size, scale)
 
@@ -270,7 +335,7 @@ class ActorWorker(Worker):
         self.optimizer.zero_grad(set_to_none=True)
         backward()
         self.scaler.unscale_(self.optimizer)
-        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.algorithm.config.max_grad_norm)
+        self.engine.clip_grad_norm_(self.algorithm.config.max_grad_norm)  # sharded: the norm over all ranks
         self.scaler.step(self.optimizer)
         self.scaler.update()
 
@@ -287,7 +352,7 @@ class ActorWorker(Worker):
     @torch.no_grad()
     def _reference_logp(self, obs, actions) -> torch.Tensor:
         if self.reference is None:  # the policy as it was before its first RL update (e.g. the SFT result)
-            self.reference = copy.deepcopy(self.policy).eval()
+            self.reference = self.engine.frozen_copy()
         logp, _, _ = self.reference.evaluate(obs, actions)
         return logp
 
@@ -337,31 +402,47 @@ class ActorWorker(Worker):
         return metrics
 
     # --- checkpointing --------------------------------------------------------------------------------------
-    def training_state(self) -> dict:
+    def training_state(self) -> dict | None:
         """Everything needed to resume: weights, optimizer, RNG states, version, the algorithm's counters and the
-        frozen reference policy of a KL term (the policy as the run started, not as it resumes)."""
+        frozen reference policy of a KL term (the policy as the run started, not as it resumes). Sharded: gathered
+        from every rank (the optimizer state keyed by parameter name); rank 0 returns it, the others None."""
+        if self.engine.distributed:
+            optimizer = self.engine.optimizer_state_dict(self.optimizer)
+            reference = None if self.reference is None else self.engine.full_state_dict(self.reference)
+            weights = self.get_weights()
+            if weights is None:
+                return None
+        else:
+            optimizer, weights = self.optimizer.state_dict(), self.get_weights()
+            reference = None if self.reference is None else self.reference.state_dict()
         buffer = io.BytesIO()
-        state = {"optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+        state = {"optimizer": optimizer, "torch_rng": torch.get_rng_state(),
                  "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version,
                  "supervised_steps": self.supervised_steps, "algorithm": self.algorithm.state_dict(),
                  "env_steps_trained": self.env_steps_trained, "grad_scaler": self.scaler.state_dict()}
-        if self.reference is not None:
-            state["reference"] = {k: v.detach().cpu() for k, v in self.reference.state_dict().items()}
+        if reference is not None:
+            state["reference"] = {k: v.detach().cpu() for k, v in reference.items()}
         torch.save(state, buffer)
-        weights, _ = self.get_weights()
-        return {"weights": weights, "trainer_state": buffer.getvalue()}
+        return {"weights": weights[0], "trainer_state": buffer.getvalue()}
 
     def load_training_state(self, weights: dict, trainer_state: bytes | None) -> int:
         # Loading replaces optimizer state, which onload could then not find: load only while onloaded.
         self._require_onloaded("load training state")
-        load_host_weights(self.policy, weights)
+        if self.engine.distributed:  # every entry, each in the dtype this policy keeps it in
+            live = self.policy.state_dict()
+            self.engine.load_full_state_dict({k: as_tensor(weights[k]).to(self.device, live[k].dtype) for k in live})
+        else:
+            load_host_weights(self.policy, weights)
         self.weights_loaded = True
         if self.needs.replay:
             self.algorithm.reset_targets()  # a trainer state below brings its own
         if trainer_state is not None:
             # On the host first: a checkpoint written on a GPU resumes on a CPU-only machine (and vice versa).
             state = read_trainer_state(trainer_state)
-            self.optimizer.load_state_dict(state["optimizer"])
+            if self.engine.distributed:
+                self.engine.load_optimizer_state_dict(self.optimizer, state["optimizer"])
+            else:
+                self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng"])
             self.generator.set_state(state["shuffle_rng"])
             self.policy_version = state["policy_version"]
@@ -371,6 +452,7 @@ class ActorWorker(Worker):
                 self.scaler.load_state_dict(state["grad_scaler"])
             self.algorithm.load_state_dict(state.get("algorithm", {}))
             if "reference" in state:
-                self.reference = copy.deepcopy(self.policy).eval()
-                self.reference.load_state_dict(state["reference"])
+                self.reference = self.engine.frozen_copy()
+                self.engine.load_full_state_dict({k: v.to(self.device) for k, v in state["reference"].items()},
+                                                 self.reference)
         return self.policy_version

@@ -1,5 +1,5 @@
 """``embodied-rl plan``: a run's memory per component and each placement's verdict, before anything starts; its
-figures follow the config (micro-batches shrink the activations) and bad input is one line with exit code 2."""
+figures follow the config (micro-batches shrink the activations, a sharded actor plans per rank) and bad input is one line with exit code 2."""
 
 import json
 
@@ -25,6 +25,12 @@ def test_plan_of_a_staged_vla_recipe_reports_each_stage_and_micro_batches_shrink
     small = json.loads(micro.stdout)[1]
     assert small["update_rows"] == 2 < rl["update_rows"]
     assert small["components"]["actor"]["activations"] < actor["activations"]
+    sharded = json.loads(run_cli("plan", *TINY_VLA, "--json", "actor.backend=fsdp", "actor.world_size=2").stdout)[1]
+    part = sharded["components"]["actor"]
+    assert sharded["update_rows"] == rl["update_rows"] // 2  # each rank computes its slice of a minibatch
+    assert part["optimizer"] == actor["optimizer"] / 2 and part["gradients"] == actor["gradients"] / 2
+    assert actor["weights"] / 2 < part["weights"] < actor["weights"]  # a shard, plus what FSDP gathers whole
+    assert sharded["placements"]["collocated"]["gpus"] == 2
 
 
 def test_plan_of_a_text_task_sizes_trainer_and_generation():

@@ -1,5 +1,6 @@
 """Tiny VLAs in bf16 (frozen weights bf16, LoRA adapters and heads float32 master weights) on the real runtime:
-rollout and update in bf16, the weight sync after every update, checkpoints, and a resume that goes on bit for bit.
+rollout and update in bf16, the weight sync after every update, checkpoints, and a resume that goes on bit for bit;
+OpenVLA-OFT with its actor sharded over two processes (``actor.backend=fsdp``).
 Before weights left workers as tensors of their own dtype, the first weight sync raised ``TypeError`` (numpy has no
 bf16)."""
 
@@ -27,7 +28,9 @@ def _rows(run_dir) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy, algorithm", [
-    ("openvla_oft", ["algorithm.name=ppo", "algorithm.ratio_level=token", "actor.micro_batch_size=4"]),
+    # sharded over 2 actor processes (FSDP2 over gloo): every call on the actor is collective, rank 0 sends
+    ("openvla_oft", ["algorithm.name=ppo", "algorithm.ratio_level=token", "actor.micro_batch_size=4",
+                     "actor.backend=fsdp", "actor.world_size=2"]),
     ("pi0", ["algorithm.name=grpo", "algorithm.group_size=2", "algorithm.score=return"]),
 ])
 def test_a_bf16_vla_trains_syncs_checkpoints_and_resumes_bit_for_bit(cluster, tmp_path, policy, algorithm):

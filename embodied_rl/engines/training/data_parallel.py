@@ -22,7 +22,8 @@ plain per-rank mean would weight a rank's tokens by ``1 / (world_size * local_co
 slices hold different numbers of tokens.
 
 Collectives: ``DataParallelEngine(...)``, every forward and backward of ``module`` under FSDP, ``full_state_dict``,
-``full_module``, ``frozen_copy``, ``optimizer_state_dict`` and ``all_reduce_sum`` must be called by every rank, the
+``full_module``, ``frozen_copy``, ``optimizer_state_dict``, ``all_reduce_sum``, ``all_gather_rows`` and
+``broadcast_object`` must be called by every rank, the
 same number of times, in the same order. A rank with nothing to train in a minibatch still runs a forward and
 backward (e.g. on one row of the minibatch with ``loss_scale`` 0), or the others wait for it forever.
 """
@@ -90,8 +91,10 @@ class DataParallelEngine:
     ``model`` is the underlying module (under FSDP the same sharded object), for optimizers and no-grad forwards.
     """
 
-    def __init__(self, model: torch.nn.Module, config: DataParallelConfig, device: torch.device):
+    def __init__(self, model: torch.nn.Module, config: DataParallelConfig, device: torch.device,
+                 forward_methods: tuple[str, ...] = ()):
         self.config = config
+        self.forward_methods = tuple(m for m in forward_methods if hasattr(model, m))
         self.rank, self.world_size = config.rank, config.world_size
         self.backend = config.backend
         self.device = device
@@ -113,7 +116,7 @@ class DataParallelEngine:
                 for tensor in [*model.parameters(), *model.buffers()]:
                     dist.broadcast(tensor, src=0)
             self._mesh = _mesh(device, self.world_size)
-            _shard(model, self._mesh)
+            _shard(model, self._mesh, self.forward_methods)
 
     @property
     def distributed(self) -> bool:
@@ -164,6 +167,31 @@ class DataParallelEngine:
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor)
         return tensor.tolist()
+
+    def row_counts(self, rows: int) -> list[int]:
+        """How many of ``rows`` items ``shard`` gives each rank (rank order)."""
+        size, extra = divmod(rows, self.world_size)
+        return [size + (rank < extra) for rank in range(self.world_size)]
+
+    def all_gather_rows(self, local: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """Every rank's ``local`` rows (``[counts[rank], ...]``, the same trailing shape on each) concatenated in
+        rank order: ``[sum(counts), ...]`` on every rank. One collective (rows padded to the largest count)."""
+        if not self.distributed:
+            return local
+        width = max(counts)
+        padded = local.new_zeros((width, *local.shape[1:]))
+        padded[:len(local)] = local
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded.contiguous())
+        return torch.cat([part[:count] for part, count in zip(parts, counts)])
+
+    def broadcast_object(self, value=None):
+        """Rank 0's ``value`` (any picklable object) on every rank."""
+        if not self.distributed:
+            return value
+        box = [value if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
+        return box[0]
 
     def check_same(self, value: int, what: str) -> None:
         """Raise on every rank unless every rank holds the same integer ``value`` (e.g. a seed)."""
@@ -227,7 +255,7 @@ class DataParallelEngine:
             frozen = copy.deepcopy(self.model).eval()
         else:  # FSDP modules refuse deepcopy: shard a fresh skeleton the same way and copy the local shards
             frozen = copy.deepcopy(self._skeleton)
-            _shard(frozen, self._mesh)
+            _shard(frozen, self._mesh, self.forward_methods)
             _materialize(frozen, self.device, self.model)
             _reshard(self.model)  # the root stays gathered after a forward; its parameters must be shards here
             live = dict(self.model.named_parameters())
@@ -272,16 +300,28 @@ def _mesh(device: torch.device, world_size: int):
     return init_device_mesh(device.type, (world_size,))
 
 
-def _shard(model: torch.nn.Module, mesh) -> None:
-    """FSDP2 in place: one shard group per transformer block (Hugging Face's ``_no_split_modules`` names them, so a
-    block's weights are gathered just for its own forward), then the root for what is left (embeddings, head)."""
-    from torch.distributed.fsdp import fully_shard
+def _shard(model: torch.nn.Module, mesh, forward_methods: tuple[str, ...] = ()) -> None:
+    """FSDP2 in place: one shard group per transformer block (``transformer_blocks``, or the model's own
+    ``fsdp_units()``; a block's weights are gathered just for its own forward; inner blocks first), then the root
+    for what is left (embeddings, heads). ``forward_methods``: methods of the root other than ``forward``
+    that run the model (a policy's ``evaluate``), which gather the root's own weights like ``forward`` does."""
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
-    block_names = set(getattr(model, "_no_split_modules", None) or ())
-    for module in model.modules():
-        if module is not model and type(module).__name__ in block_names:
-            fully_shard(module, mesh=mesh)
+    blocks = model.fsdp_units() if hasattr(model, "fsdp_units") else transformer_blocks(model)
+    for module in reversed(blocks):  # pre-order reversed: a block nested in another is sharded before it
+        fully_shard(module, mesh=mesh)
     fully_shard(model, mesh=mesh)
+    for method in forward_methods:
+        register_fsdp_forward_method(model, method)
+
+
+def transformer_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The submodules of ``model`` (pre-order) whose class a Hugging Face model inside it names in its
+    ``_no_split_modules`` (decoder and encoder layers, embeddings): FSDP's shard groups."""
+    block_names = set()
+    for module in model.modules():
+        block_names |= set(getattr(module, "_no_split_modules", None) or ())
+    return [module for module in model.modules() if module is not model and type(module).__name__ in block_names]
 
 
 def _reshard(model: torch.nn.Module) -> None:

@@ -146,6 +146,17 @@ class Pi0Policy(Policy):
         for name, parameter in self.named_parameters():
             parameter.requires_grad_("lora_" in name or not name.startswith("pi0.") or name.startswith(ACTION_HEADS))
 
+    def fsdp_units(self) -> list[nn.Module]:
+        """The modules FSDP shards as groups of their own (``engines/training/data_parallel.py``): SigLIP's and the
+        action expert's layers. The VLM's Gemma layers stay in the root group: their keys and values reach the
+        action expert through the KV cache, a side path on which FSDP would free their weights before the backward
+        pass needs them."""
+        from embodied_rl.engines.training.data_parallel import transformer_blocks
+
+        vlm = self.pi0.model.vlm.language_model
+        inside = {id(m) for m in vlm.modules()}
+        return [m for m in transformer_blocks(self) if id(m) not in inside]
+
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """What training changes: the parameters that require gradients (all of them without LoRA; with LoRA the
         adapters, the action in/out projections, ``critic_head`` and ``noise_head``) and the buffers (normalisation

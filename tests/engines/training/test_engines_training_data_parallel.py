@@ -9,13 +9,14 @@ single-process worker's. Without the loss scaling the weights differ by ~7e-3.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.tests_helpers import start_rank_processes, wait_rank_processes
 
 pytestmark = pytest.mark.slow  # ~18 s of CPU in all, most of it 3 processes importing torch and transformers
 BACKENDS = ("ddp", "fsdp")
@@ -68,26 +69,9 @@ def train(data_parallel: dict | None):
 
 def start_ranks(out: Path, backend: str, store, world_size: int = 2) -> list[subprocess.Popen]:
     """``backend`` in ``world_size`` fresh rank processes joining ``store`` (served here); rank 0 writes
-    ``out/<backend>/{weights.npz,metrics.json}``. Gloo on loopback, as every rank is on this machine."""
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo",
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH", "")]))
+    ``out/<backend>/{weights.npz,metrics.json}``."""
     (out / backend).mkdir(exist_ok=True)
-    return [subprocess.Popen([sys.executable, __file__, backend, str(rank), str(world_size), str(store.port),
-                              str(out / backend)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for rank in range(world_size)]
-
-
-def wait_ranks(ranks: list[subprocess.Popen], timeout_s: float = 300) -> None:
-    """Every rank's exit; on a failure or a timeout, every rank's log."""
-    try:
-        logs = [process.communicate(timeout=timeout_s)[0] for process in ranks]
-    except subprocess.TimeoutExpired:
-        for process in ranks:
-            process.kill()
-        logs = [process.communicate()[0] for process in ranks]
-    codes = [process.returncode for process in ranks]
-    assert codes == [0] * len(ranks), "rank exit codes %s:\n%s" % (codes, "\n".join(
-        f"--- rank {rank}:\n{log[-3000:]}" for rank, log in enumerate(logs)))
+    return start_rank_processes(__file__, world_size, backend, store.port, out / backend)
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +86,9 @@ def runs(tmp_path_factory) -> tuple[tuple[dict, list], Path]:
     try:
         _, weights, metrics = train(None)
     finally:
-        wait_ranks(ranks)
+        wait_rank_processes(ranks)
     for backend in BACKENDS[1:]:
-        wait_ranks(start_ranks(out, backend, stores[backend]))
+        wait_rank_processes(start_ranks(out, backend, stores[backend]))
     return (weights, metrics), out
 
 
@@ -148,6 +132,6 @@ if __name__ == "__main__":
     import faulthandler
 
     faulthandler.dump_traceback_later(240, exit=True)  # a hung rank prints where it hangs before the test kills it
-    backend, rank, world_size, port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), \
+    rank, world_size, backend, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), \
         Path(sys.argv[5])
     rank_main(backend, rank, world_size, port, out)
