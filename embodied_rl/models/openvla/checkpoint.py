@@ -232,13 +232,13 @@ def load_published_checkpoint(directory: str, unnorm_key: str | None = None) -> 
     # as the reference's _load_dataset_stats: the fine-tuning data's statistics replace the config's
     stats = components.dataset_statistics(directory) or values.get("norm_stats") or {}
     action_stats, state_stats = _norm_stats(stats, unnorm_key)
-    if not ours and state_stats is not None:
-        config.proprio_normalization = state_stats["mode"]
     heads = {}
     if os.path.exists(os.path.join(directory, HEADS_FILE)):
         from safetensors.torch import load_file
 
         heads = load_file(os.path.join(directory, HEADS_FILE))
+    if state_stats is not None and "state_mean" not in heads:  # the published statistics normalise the state
+        config.proprio_normalization = state_stats["mode"]
     proprio = components.load_component(directory, components.PROPRIO_PROJECTOR)
     action_head = components.load_action_head(directory)
     return LoadedCheckpoint(config, weights, action_stats, state_stats, heads, proprio, action_head, directory)
