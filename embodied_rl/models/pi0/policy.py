@@ -244,7 +244,8 @@ class Pi0Policy(Policy):
         device = self._device()
         pixels = self._pixels(torch.as_tensor(rgb))
         texts = obs.get("instruction")
-        texts = [""] * batch if texts is None else [str(t) + "\n" for t in np.asarray(texts).reshape(-1)]
+        texts = [""] * batch if texts is None else [str(t) for t in np.asarray(texts).reshape(-1)]
+        texts = [t + "\n" for t in texts]  # PI0Processor.build_prompts: "<image>... <bos>{text}\n", "" when absent
         text_ids, text_mask = encode_batch(self.tokenizer, texts, self.settings.max_text_tokens)
         images = self.cameras * self.tokens_per_image
         input_ids = torch.cat([torch.full((batch, images), self.image_token_id, dtype=torch.long), text_ids], 1)
