@@ -136,6 +136,10 @@ def test_our_save_writes_oft_s_file_names_and_loads_back_to_the_same_policy(tmp_
     assert {"action_head--latest_checkpoint.pt", "proprio_projector--latest_checkpoint.pt",
             "dataset_statistics.json"} <= names
     assert set(torch.load(os.path.join(directory, "action_head--latest_checkpoint.pt"))) == PUBLISHED_HEAD_KEYS
+    # prismatic/models/projectors.py: ProprioProjector's fc1 (D -> W) and fc2 (W -> W)
+    proprio = torch.load(os.path.join(directory, "proprio_projector--latest_checkpoint.pt"))
+    assert {k: tuple(v.shape) for k, v in proprio.items()} == {
+        "fc1.weight": (64, 5), "fc1.bias": (64,), "fc2.weight": (64, 64), "fc2.bias": (64,)}
     loaded = make_policy("openvla_oft", seed=9, checkpoint=directory)
     obs = make_obs(3)
     actions, logp, values, stored = policy.act(obs)
