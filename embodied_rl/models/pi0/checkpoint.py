@@ -1,8 +1,8 @@
 """Pi0 checkpoints: a local directory in transformers' PI0 layout (``config.json`` + ``model.safetensors`` of
 ``PI0ForConditionalGeneration.save_pretrained``; LoRA adapters merged into the base weights), optional tokenizer
 files, the normalisation statistics as transformers' ``PI0Processor`` writes them (``processor_config.json``,
-``normalization.py``), and our side file ``embodied_rl_pi0.safetensors`` (value head, noise head, state / action normalisation
-buffers) with ``embodied_rl_pi0.json`` (the policy options). Written into a temporary sibling directory and renamed
+``normalization.py``), and our side file ``embodied_rl_pi0.safetensors`` (value head, noise head, state / action
+normalisation buffers) with ``embodied_rl_pi0.json`` (the policy options). Written into a temporary sibling directory and renamed
 into place, so a crash never leaves a half-written checkpoint."""
 
 from __future__ import annotations
