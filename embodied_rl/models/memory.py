@@ -130,7 +130,10 @@ def _openvla_stacks(policy, attention: str | None) -> list[Stack]:
         stacks.append(Stack("dinov2", "encoder", vision.dino_layers,
                             (per_image + 1 + vision.dino_registers) * policy.cameras, vision.dino_width,
                             vision.dino_mlp, vision.dino_heads, vision.dino_width, tower_trained))
-    tokens = patches + policy.config.max_instruction_tokens + int(policy.use_proprio) + policy.tokens_per_decision
+    # the published layout: [BOS, patches, proprio, prompt, empty token, action positions (OFT: + stop token)]
+    extra = int(policy.config.empty_token_id is not None) + int(policy.parallel_decoding)
+    tokens = (patches + policy.config.max_instruction_tokens + int(policy.use_proprio) + policy.tokens_per_decision
+              + extra)
     kv_width = language.width // language.heads * language.kv_heads
     stacks.append(Stack("language_model", "decoder", language.layers, tokens, language.width, language.mlp,
                         language.heads, kv_width, True, attention or policy.language_model.config._attn_implementation))

@@ -2,10 +2,12 @@
 from transformers modules (imported lazily: importing this package registers the policies cheaply).
 
 Files: ``configuration.py`` (sizes, presets), ``action_tokenizer.py`` (256 action bins, q01/q99 normalisation),
-``modeling.py`` (vision backbone, projectors, LM runner), ``policy.py`` (the policies), ``checkpoint.py``
-(published OpenVLA layout load/save)."""
+``modeling.py`` (vision backbone, projectors, LM runner), ``prompt.py`` (the published prompt layout),
+``action_head.py`` (OFT's L1 regression head), ``policy.py`` (``openvla``), ``oft.py`` (``openvla_oft``),
+``checkpoint.py`` (published OpenVLA layout load/save), ``components.py`` (OFT's side files)."""
 
-from embodied_rl.models.openvla.policy import OpenVLA, OpenVLAOFT, OpenVLAPolicy
+from embodied_rl.models.openvla.oft import OpenVLAOFT
+from embodied_rl.models.openvla.policy import OpenVLA, OpenVLAPolicy
 
 
 def load_published_checkpoint(directory: str, unnorm_key: str | None = None):

@@ -3,13 +3,15 @@
 .safetensors`` with ``model.safetensors.index.json``, timm key names for the vision backbone
 (``vision_backbone.featurizer.blocks.N.attn.qkv.weight``, ...), ``projector.fc1/fc2/fc3``,
 ``language_model.model.layers.N...`` / ``language_model.lm_head.weight``; OFT adds
-``proprio_projector--<step>_checkpoint.pt`` (and ``action_head--*`` files, which these token-decoding policies
-ignore).
+``proprio_projector--<step>_checkpoint.pt``, ``action_head--<step>_checkpoint.pt`` (the L1 regression head) and
+``dataset_statistics.json`` (``components.py``).
 
 ``load_published_checkpoint`` maps those names onto the transformers modules of this package (timm's fused
 ``qkv`` split into q/k/v, ``pos_embed`` reshaped, LayerScale ``scale_factor``/``gamma`` -> ``lambda1``);
-``save_published_checkpoint`` writes the same layout (LoRA merged into the base weights) plus
-``embodied_rl_heads.safetensors`` (value head, OFT action queries, state normalisation), atomically.
+``save_published_checkpoint`` writes the same layout (LoRA merged into the base weights; OFT's proprio projector
+and L1 head as ``<component>--latest_checkpoint.pt``, the statistics also as ``dataset_statistics.json``) plus
+``embodied_rl_heads.safetensors`` (value head, OFT action queries, state normalisation, the L1 head's log-std),
+atomically.
 SigLIP's attention-pool head (``featurizer.attn_pool.*``, unused by Prismatic's patch features) is skipped on load
 and not written."""
 
@@ -25,13 +27,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from embodied_rl.models.openvla import components
 from embodied_rl.models.openvla.configuration import (LanguageConfig, OpenVLAConfig, VisionConfig, full,
                                                       invalid_option)
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
 HEADS_FILE = "embodied_rl_heads.safetensors"
-PROPRIO_FILE = "proprio_projector--latest_checkpoint.pt"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 PUBLISHED_VISION = ("dinosiglip-vit-so-224px", "siglip-vit-so400m")
 _TIMM_IDS = {"dinosiglip-vit-so-224px": ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"],
@@ -93,7 +95,8 @@ def published_name(name: str, fused: bool) -> tuple[str | None, str | None, str 
 @dataclass
 class LoadedCheckpoint:
     """What ``load_published_checkpoint`` read: the network configuration, weights under this package's names,
-    the action normalisation (q01/q99/mask ``[A]``) and state mean/std (or None), the extra heads."""
+    the action normalisation (q01/q99/mask ``[A]``) and state normalisation (``mean``/``std`` ``[D]`` and the
+    ``mode`` of ``PROPRIO_NORMALIZATIONS``, or None), the extra heads, OFT's proprio projector and L1 head."""
 
     config: OpenVLAConfig
     weights: dict[str, torch.Tensor]
@@ -101,6 +104,7 @@ class LoadedCheckpoint:
     state_stats: dict | None = None
     heads: dict[str, torch.Tensor] = field(default_factory=dict)
     proprio: dict[str, torch.Tensor] | None = None
+    action_head: dict[str, torch.Tensor] | None = None
     directory: str = ""
 
 
@@ -128,8 +132,27 @@ def _config_from_published(values: dict) -> OpenVLAConfig:
     return config
 
 
-def _norm_stats(values: dict, unnorm_key: str | None) -> tuple[dict | None, dict | None]:
-    stats = values.get("norm_stats") or {}
+def _proprio_stats(proprio: dict | None) -> dict | None:
+    """A ``norm_stats`` proprio entry -> ``{"mean", "std", "mode"}`` such that ``(x - mean) / std`` is the
+    reference's normalisation. OFT (``experiments/robot/openvla_utils.py``, ``normalize_proprio``, BOUNDS_Q99):
+    ``clip(2 (x - q01) / (q99 - q01 + 1e-8) - 1, -1, 1)`` where ``mask``, ``clip(x, -1, 1)`` elsewhere, i.e.
+    ``mean = q01 + h``, ``std = h`` with ``h = (q99 - q01 + 1e-8) / 2`` (0 and 1 where masked) and a clip."""
+    if not proprio:
+        return None
+    if "q01" in proprio and "q99" in proprio:
+        low = torch.tensor(proprio["q01"], dtype=torch.float64)
+        high = torch.tensor(proprio["q99"], dtype=torch.float64)
+        mask = torch.tensor(proprio.get("mask", [True] * len(low)), dtype=torch.bool)
+        half = (high - low + 1e-8) / 2
+        mean, std = torch.where(mask, low + half, 0.0), torch.where(mask, half, 1.0)
+        return {"mean": mean.float(), "std": std.float(), "mode": "bounds_q99"}
+    if "mean" in proprio:
+        return {"mean": torch.tensor(proprio["mean"], dtype=torch.float32),
+                "std": torch.tensor(proprio["std"], dtype=torch.float32), "mode": "mean_std"}
+    return None
+
+
+def _norm_stats(stats: dict, unnorm_key: str | None) -> tuple[dict | None, dict | None]:
     if not stats:
         return None, None
     if unnorm_key is None:
@@ -143,10 +166,7 @@ def _norm_stats(values: dict, unnorm_key: str | None) -> tuple[dict | None, dict
     action = None if action is None else {
         "q01": torch.tensor(action["q01"], dtype=torch.float32), "q99": torch.tensor(action["q99"], dtype=torch.float32),
         "mask": torch.tensor(action.get("mask", [True] * len(action["q01"])), dtype=torch.bool)}
-    proprio = entry.get("proprio")
-    proprio = None if not proprio or "mean" not in proprio else {
-        "mean": torch.tensor(proprio["mean"], dtype=torch.float32), "std": torch.tensor(proprio["std"], dtype=torch.float32)}
-    return action, proprio
+    return action, _proprio_stats(entry.get("proprio"))
 
 
 def _read_weights(directory: str) -> dict[str, torch.Tensor]:
@@ -209,18 +229,19 @@ def load_published_checkpoint(directory: str, unnorm_key: str | None = None) -> 
     names = ([f"vision_backbone.{k}" for k in vision.state_dict()] + [f"projector.{k}" for k in projector.state_dict()]
              + [f"language_model.{k}" for k in language.state_dict()])
     weights = _to_ours(published, names, config.vision.fused)
-    action_stats, state_stats = _norm_stats(values, unnorm_key)
+    # as the reference's _load_dataset_stats: the fine-tuning data's statistics replace the config's
+    stats = components.dataset_statistics(directory) or values.get("norm_stats") or {}
+    action_stats, state_stats = _norm_stats(stats, unnorm_key)
     heads = {}
     if os.path.exists(os.path.join(directory, HEADS_FILE)):
         from safetensors.torch import load_file
 
         heads = load_file(os.path.join(directory, HEADS_FILE))
-    proprio = None
-    found = sorted(glob.glob(os.path.join(directory, "proprio_projector--*checkpoint.pt")))
-    if found:
-        state = torch.load(found[-1], map_location="cpu", weights_only=True)
-        proprio = {k[len("module."):] if k.startswith("module.") else k: v for k, v in state.items()}
-    return LoadedCheckpoint(config, weights, action_stats, state_stats, heads, proprio, directory)
+    if state_stats is not None and "state_mean" not in heads:  # the published statistics normalise the state
+        config.proprio_normalization = state_stats["mode"]
+    proprio = components.load_component(directory, components.PROPRIO_PROJECTOR)
+    action_head = components.load_action_head(directory)
+    return LoadedCheckpoint(config, weights, action_stats, state_stats, heads, proprio, action_head, directory)
 
 
 def apply_loaded(policy, loaded: LoadedCheckpoint) -> None:
@@ -228,6 +249,8 @@ def apply_loaded(policy, loaded: LoadedCheckpoint) -> None:
     state = dict(loaded.weights)
     if loaded.proprio is not None and policy.proprio_projector is not None:
         state.update({f"proprio_projector.{k}": v for k, v in loaded.proprio.items()})
+    if loaded.action_head is not None and getattr(policy, "action_head", None) is not None:
+        state.update({f"action_head.{k}": v for k, v in loaded.action_head.items()})
     state.update(loaded.heads)
     if policy.action_queries is not None and "action_queries" not in state:
         state["action_queries"] = torch.zeros_like(policy.action_queries)  # OFT's empty action embeddings
@@ -243,6 +266,9 @@ def apply_loaded(policy, loaded: LoadedCheckpoint) -> None:
         for key in ("q01", "q99", "mask"):
             getattr(policy.action_tokenizer, key).copy_(loaded.action_stats[key])
     if loaded.state_stats is not None and "state_mean" not in loaded.heads and policy.state_dim:
+        if loaded.state_stats["mean"].shape != policy.state_mean.shape:
+            raise ValueError(f"openvla checkpoint {loaded.directory!r}: its proprio statistics have "
+                             f"{len(loaded.state_stats['mean'])} dims, the env's state {policy.state_dim}")
         policy.state_mean.copy_(loaded.state_stats["mean"])
         policy.state_std.copy_(loaded.state_stats["std"])
 
@@ -279,8 +305,10 @@ def _published_config(policy) -> dict:
     fused = config.vision.fused
     tokenizer = policy.action_tokenizer
     stats = {"action": {"q01": tokenizer.q01.tolist(), "q99": tokenizer.q99.tolist(), "mask": tokenizer.mask.tolist()}}
-    if policy.state_dim:
-        stats["proprio"] = {"mean": policy.state_mean.tolist(), "std": policy.state_std.tolist()}
+    if policy.state_dim:  # q01/q99 = mean -/+ std: the reference's BOUNDS_Q99 reads back (x - mean) / std
+        mean, std = policy.state_mean.double(), policy.state_std.double()
+        stats["proprio"] = {"mean": mean.tolist(), "std": std.tolist(), "q01": (mean - std).tolist(),
+                            "q99": (mean + std).tolist()}
     backbone = config.vision_backbone_id if fused else "siglip-vit-so400m"
     return {
         "model_type": "openvla", "architectures": ["OpenVLAForActionPrediction"],
@@ -325,8 +353,9 @@ def published_weights(policy) -> dict[str, torch.Tensor]:
 
 
 def _heads(policy) -> dict[str, torch.Tensor]:
-    """What the published layout has no place for: value head, OFT action queries, state/action statistics."""
-    keep = ("critic_head.", "action_queries", "state_mean", "state_std", "action_tokenizer.")
+    """What the published layout has no place for: value head, OFT action queries, the L1 head's log-std,
+    state/action statistics."""
+    keep = ("critic_head.", "action_queries", "action_log_std", "state_mean", "state_std", "action_tokenizer.")
     return {k: v.detach().cpu().contiguous().clone() for k, v in policy.state_dict().items() if k.startswith(keep)}
 
 
@@ -362,8 +391,11 @@ def save_published_checkpoint(policy, directory: str, max_shard_bytes: int = 5 *
         with open(os.path.join(temporary, CONFIG_FILE), "w") as f:
             json.dump(_published_config(policy), f, indent=2)
         if policy.proprio_projector is not None:
-            torch.save({k: v.detach().cpu() for k, v in policy.proprio_projector.state_dict().items()},
-                       os.path.join(temporary, PROPRIO_FILE))
+            components.save_component(policy.proprio_projector, temporary, components.PROPRIO_PROJECTOR)
+        if getattr(policy, "action_head", None) is not None:
+            components.save_component(policy.action_head, temporary, components.ACTION_HEAD)
+        with open(os.path.join(temporary, components.DATASET_STATISTICS), "w") as f:
+            json.dump(_published_config(policy)["norm_stats"], f, indent=2)
         save_file(_heads(policy), os.path.join(temporary, HEADS_FILE))
         tokenizer = getattr(policy.tokenizer, "tokenizer", None)
         if tokenizer is not None:

@@ -14,6 +14,14 @@ LANGUAGE_FAMILIES = ("llama", "qwen2")
 N_ACTION_BINS = 256
 """OpenVLA's number of action bins (the last 256 ids of the tokenizer's vocabulary)."""
 
+LLAMA2_EMPTY_TOKEN, LLAMA2_STOP_TOKEN = 29871, 2
+"""Llama-2's empty piece ``'▁'`` (OpenVLA appends it after ``Out:``) and ``'</s>'`` (OFT's stop token)."""
+BYTE_SPACE_TOKEN = 3 + ord(" ")
+"""The byte tokenizer's id of a space: the tiny models' stand-in for Llama-2's empty piece."""
+PROPRIO_NORMALIZATIONS = ("mean_std", "bounds_q99")
+"""How the state is normalised before the proprio projector: ``mean_std`` (``(x - mean) / std``, statistics from
+demonstrations) or ``bounds_q99`` (OFT's LIBERO default: ``clip(2 (x - q01) / (q99 - q01) - 1, -1, 1)``)."""
+
 
 def invalid_option(key: str, value, allowed) -> ValueError:
     """The one error message for a bad option: the key, the value given and the allowed values."""
@@ -113,6 +121,14 @@ class OpenVLAConfig:
     """Prismatic's name of the vision backbone (written to a checkpoint's config.json)."""
     llm_backbone_id: str = "llama2-7b-pure"
     """Prismatic's name of the language model (written to a checkpoint's config.json)."""
+    empty_token_id: int | None = BYTE_SPACE_TOKEN
+    """Token appended to the prompt unless it already ends with it: OpenVLA's ``predict_action`` appends Llama-2's
+    empty piece ``'▁'`` (29871) after ``Out:``, as in training. None: nothing appended. Tiny: the byte space."""
+    stop_token_id: int = LLAMA2_STOP_TOKEN
+    """OFT: the token after the action placeholders (Llama-2's ``'</s>'``; the byte tokenizer's eos is 2 too)."""
+    proprio_normalization: str = "mean_std"
+    """How the proprio state is normalised (``PROPRIO_NORMALIZATIONS``); a published OFT checkpoint whose
+    ``norm_stats`` hold q01/q99 for ``proprio`` loads as ``bounds_q99``."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -129,6 +145,8 @@ class OpenVLAConfig:
             raise invalid_option("language.family", self.language.family, LANGUAGE_FAMILIES)
         if self.n_action_bins != N_ACTION_BINS:
             raise invalid_option("n_action_bins", self.n_action_bins, (N_ACTION_BINS,))
+        if self.proprio_normalization not in PROPRIO_NORMALIZATIONS:
+            raise invalid_option("proprio_normalization", self.proprio_normalization, PROPRIO_NORMALIZATIONS)
         if self.language.tokenizer_vocab_size > self.language.vocab_size:
             raise ValueError(f"openvla: tokenizer_vocab_size {self.language.tokenizer_vocab_size} exceeds the LM's "
                              f"vocab_size {self.language.vocab_size}")
@@ -159,7 +177,8 @@ def full() -> OpenVLAConfig:
         language=LanguageConfig(family="llama", width=4096, layers=32, heads=32, kv_heads=32, mlp=11008,
                                 vocab_size=32064, tokenizer_vocab_size=32000, max_positions=4096),
         max_instruction_tokens=64,
-        prompt="In: What action should the robot take to {instruction}?\nOut:")
+        prompt="In: What action should the robot take to {instruction}?\nOut:",
+        empty_token_id=LLAMA2_EMPTY_TOKEN, stop_token_id=LLAMA2_STOP_TOKEN)
 
 
 PRESETS = {"tiny": tiny, "full": full}

@@ -146,7 +146,8 @@ def cache_keyword(model: nn.Module) -> str:
 def attention_mask(valid: torch.Tensor, queries: int, bidirectional_from: int | None, dtype) -> torch.Tensor:
     """Additive attention mask ``[B, 1, queries, S]`` for the last ``queries`` of ``S`` positions: causal, keys
     where ``valid`` ``[B, S]`` is false masked out (left padding), each query always sees itself (no fully masked
-    rows), and with ``bidirectional_from`` the positions from that index on see each other (OFT's action block)."""
+    rows), and with ``bidirectional_from`` the positions from that index on see each other (0: the whole sequence,
+    as OpenVLA-OFT's parallel decoding)."""
     keys = valid.shape[1]
     q = torch.arange(keys - queries, keys, device=valid.device)[:, None]
     k = torch.arange(keys, device=valid.device)[None, :]

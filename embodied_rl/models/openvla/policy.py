@@ -38,8 +38,10 @@ class OpenVLAPolicy(Policy):
     decoded autoregressively (``K * A`` tokens for a chunk of K actions of A dimensions).
 
     Network (Prismatic): ``vision_backbone`` (SigLIP, or SigLIP + DINOv2 fused) -> ``projector`` (GELU MLP) ->
-    ``language_model`` (``LlamaForCausalLM`` / ``Qwen2ForCausalLM``) fed through ``inputs_embeds``:
-    ``[patch tokens (n_cameras x P), instruction tokens, (proprio token), action positions]``. Each row's padding is
+    ``language_model`` (``LlamaForCausalLM`` / ``Qwen2ForCausalLM``) fed through ``inputs_embeds`` in the published
+    order (``prompt.py``): ``[BOS, patch tokens (n_cameras x P), (proprio token), prompt tokens after BOS, empty
+    token (Llama-2's 29871), action positions]``. The action token at position j is predicted by the hidden state
+    one position earlier (causal next-token prediction; the first by the last prompt token). Each row's padding is
     moved to the front of its sequence (left padding, positions counted from its first real token), so a row's
     result does not depend on the other rows of the batch.
 
@@ -67,7 +69,8 @@ class OpenVLAPolicy(Policy):
                  obs_shapes: dict | None = None, action_chunk: int = 1, size: str = "tiny",
                  checkpoint: str | None = None, lora_rank: int = 0, lora_alpha: float | None = None,
                  dtype: str = "float32", use_proprio: bool | None = None, fused_vision: bool | None = None,
-                 unnorm_key: str | None = None, temperature: float = 1.0, critic_detach: bool = True):
+                 unnorm_key: str | None = None, temperature: float = 1.0, critic_detach: bool = True,
+                 action_head: str | None = None):
         super().__init__()
         from embodied_rl.models.openvla import checkpoint as checkpoints
         from embodied_rl.models.openvla.modeling import LanguageModelRunner, ProprioProjector, build_network
@@ -118,6 +121,7 @@ class OpenVLAPolicy(Policy):
         if self.parallel_decoding:  # OFT feeds empty (zero) embeddings; a learned query per action position here
             self.action_queries = nn.Parameter(torch.randn(self.tokens_per_decision, width) * 0.02)
         self.critic_head = _critic_mlp([width, *hidden_sizes, 1])
+        self.action_head, self.action_log_std = self._build_action_head(action_head, loaded, width, init_log_std)
         self.action_tokenizer = ActionTokenizer(action_dim, config.language.tokenizer_vocab_size,
                                                 config.n_action_bins)
         self.register_buffer("state_mean", torch.zeros(self.state_dim))
@@ -126,7 +130,7 @@ class OpenVLAPolicy(Policy):
             checkpoints.apply_loaded(self, loaded)
         self.compute_dtype = DTYPES[dtype]
         for module in (self.vision_backbone, self.projector, self.language_model, self.proprio_projector,
-                       self.critic_head):
+                       self.critic_head, self.action_head):
             if module is not None:
                 module.to(self.compute_dtype)
         if self.action_queries is not None:
@@ -138,6 +142,15 @@ class OpenVLAPolicy(Policy):
         self.runner = LanguageModelRunner(self.language_model)
 
     # --- construction helpers ---------------------------------------------------------------------------------
+    action_heads = ("tokens",)
+    """Values of the ``action_head`` option: ``tokens`` (OpenVLA's 256 bins on the LM head)."""
+
+    def _build_action_head(self, choice: str | None, loaded, width: int, init_log_std: float):
+        """-> ``(action head module or None, its log-std parameter or None)``; OpenVLA decodes tokens only."""
+        if choice not in (None, *self.action_heads):
+            raise invalid_option("action_head", choice, self.action_heads)
+        return None, None
+
     @property
     def tokens_per_decision(self) -> int:
         """``K * A``: action tokens of one decision."""
@@ -162,11 +175,18 @@ class OpenVLAPolicy(Policy):
 
     # --- statistics -------------------------------------------------------------------------------------------
     def set_observation_normalization(self, obs) -> None:
-        """State mean/std from demonstrations: a dict with ``"state"`` ``[N, D]`` or the state array itself."""
+        """State statistics from demonstrations (a dict with ``"state"`` ``[N, D]`` or the state array itself):
+        mean/std, or with ``proprio_normalization=bounds_q99`` q01/q99 as the ``state_mean`` / ``state_std`` that
+        map them to -1 / 1."""
         state = obs.get("state") if isinstance(obs, dict) else obs
         if state is None or self.state_dim == 0:
             return
         state = torch.as_tensor(np.array(state, dtype=np.float32)).reshape(-1, self.state_dim)
+        if self.config.proprio_normalization == "bounds_q99":
+            low, high = torch.quantile(state, 0.01, dim=0), torch.quantile(state, 0.99, dim=0)
+            self.state_mean.copy_((low + high) / 2)
+            self.state_std.copy_(((high - low) / 2).clamp(min=1e-3))
+            return
         self.state_mean.copy_(state.mean(dim=0))
         self.state_std.copy_(state.std(dim=0).clamp(min=1e-3))
 
@@ -177,9 +197,10 @@ class OpenVLAPolicy(Policy):
     # --- network pieces ---------------------------------------------------------------------------------------
     def _prompt(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """obs -> left-padded prompt embeddings ``[B, S, W]`` and valid mask ``[B, S]``:
-        ``[patches, instruction (, proprio token)]``."""
+        ``[BOS, patches, (proprio token), prompt after BOS, empty token]`` (``prompt.py``; OFT's
+        ``_process_proprio_features`` appends the proprio token to the patches)."""
         from embodied_rl.models.openvla.modeling import left_pad
-        from embodied_rl.models.text_tokenizer import encode_batch
+        from embodied_rl.models.openvla.prompt import prompt_token_ids, with_patches
 
         rgb = obs["rgb"]
         batch, device = rgb.shape[0], rgb.device
@@ -188,17 +209,20 @@ class OpenVLAPolicy(Policy):
         texts = [""] * batch if texts is None else [str(t) for t in np.asarray(texts).reshape(-1)]
         texts = [self.config.prompt.format(instruction=t.lower() if self.config.prompt != "{instruction}" else t)
                  for t in texts]
-        ids, mask = encode_batch(self.tokenizer, texts, self.config.max_instruction_tokens)
+        ids, mask = prompt_token_ids(self.tokenizer, texts, self.config.max_instruction_tokens,
+                                     self.config.empty_token_id)
         ids, mask = ids.to(device), mask.to(device)
         text = self.language_model.get_input_embeddings()(ids)
-        parts = [(patches, torch.ones(patches.shape[:2], dtype=torch.bool, device=device)), (text, mask)]
+        inserted = [(patches, torch.ones(patches.shape[:2], dtype=torch.bool, device=device))]
         if self.proprio_projector is not None:
             state = obs.get("state")  # absent: a zero state
             state = torch.zeros(batch, self.state_dim, device=device) if state is None else state.float()
             state = (state - self.state_mean) / self.state_std
+            if self.config.proprio_normalization == "bounds_q99":
+                state = state.clamp(-1.0, 1.0)
             token = self.proprio_projector(state.to(self.compute_dtype))[:, None]
-            parts.append((token, torch.ones(batch, 1, dtype=torch.bool, device=device)))
-        return left_pad(parts)
+            inserted.append((token, torch.ones(batch, 1, dtype=torch.bool, device=device)))
+        return left_pad(with_patches((text, mask), inserted))
 
     @full_precision
     def _action_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -213,19 +237,26 @@ class OpenVLAPolicy(Policy):
         features = hidden_last.detach() if self.critic_detach else hidden_last
         return self.critic_head(features).float().squeeze(-1)
 
-    @in_compute_dtype
-    def _forward(self, obs: dict, columns: torch.Tensor | None):
-        """One forward pass: prompt plus the action positions (autoregressive: the embeddings of ``columns``
-        ``[B, K * A]`` but the last, teacher forcing). Returns action logits ``[B, K * A, 256]`` and values
-        ``[B]``."""
+    def _action_hidden(self, obs: dict, columns: torch.Tensor | None):
+        """One forward pass of prompt plus action positions. -> the hidden states that predict the ``K * A`` action
+        tokens ``[B, K * A, W]`` (each one position before its token: the last prompt token, then the action
+        positions but the last) and the last prompt token's ``[B, W]`` (the value's input).
+
+        Autoregressive: the action positions hold the embeddings of ``columns`` ``[B, K * A]`` but the last
+        (teacher forcing), causal attention. Parallel (OFT's ``predict_action``): ``K * A`` placeholders (OFT: zero
+        embeddings; here ``action_queries``, zeros when loaded from a published checkpoint) and the stop token
+        follow the prompt, and attention is bidirectional over the whole sequence (the openvla-oft transformers
+        fork), padding keys masked; the readout is shifted by one as in the autoregressive case."""
         from embodied_rl.models.openvla.modeling import attention_mask, positions
 
         embeds, valid = self._prompt(obs)
         prompt = embeds.shape[1]
         n = self.tokens_per_decision
         if self.parallel_decoding:
-            actions = self.action_queries.to(embeds.dtype)[None].expand(len(embeds), n, -1)
-            bidirectional = prompt
+            queries = self.action_queries.to(embeds.dtype)[None].expand(len(embeds), n, -1)
+            stop = torch.full((len(embeds), 1), self.config.stop_token_id, dtype=torch.long, device=embeds.device)
+            actions = torch.cat([queries, self.language_model.get_input_embeddings()(stop).to(embeds.dtype)], 1)
+            bidirectional = 0
         else:
             tokens = columns[:, :-1] + self.action_tokenizer.first_id
             actions = self.language_model.get_input_embeddings()(tokens)
@@ -234,8 +265,13 @@ class OpenVLAPolicy(Policy):
         valid = torch.cat([valid, torch.ones(actions.shape[:2], dtype=torch.bool, device=valid.device)], dim=1)
         mask = attention_mask(valid, embeds.shape[1], bidirectional, self.compute_dtype)
         hidden = self.runner(embeds, mask, positions(valid))
-        start = prompt if self.parallel_decoding else prompt - 1
-        return self._action_logits(hidden[:, start:start + n]), self._value(hidden[:, prompt - 1])
+        return hidden[:, prompt - 1:prompt - 1 + n], hidden[:, prompt - 1]
+
+    @in_compute_dtype
+    def _forward(self, obs: dict, columns: torch.Tensor | None):
+        """Action logits ``[B, K * A, 256]`` and values ``[B]`` (``_action_hidden``'s pass)."""
+        hidden, last = self._action_hidden(obs, columns)
+        return self._action_logits(hidden), self._value(last)
 
     @in_compute_dtype
     def _decode(self, obs: dict, deterministic: bool):
@@ -340,15 +376,3 @@ class OpenVLAPolicy(Policy):
 @POLICIES.register("openvla")
 class OpenVLA(OpenVLAPolicy):
     """OpenVLA: autoregressive action tokens (KV cache), no proprio token unless ``use_proprio``."""
-
-
-@POLICIES.register("openvla_oft")
-class OpenVLAOFT(OpenVLAPolicy):
-    """OpenVLA-OFT: parallel decoding. ``K * A`` action positions (a learned query embedding each; OFT's are zero
-    embeddings, which a published checkpoint loads as zeros) follow the prompt; attention among them is
-    bidirectional (they see the whole prompt and each other, the prompt does not see them), so one forward pass
-    gives the logits of every action token, sampled independently. The state enters as one proprio token
-    (OFT's ``proprio_projector``, on the state normalised by ``state_mean`` / ``state_std``)."""
-
-    parallel_decoding = True
-    default_proprio = True

@@ -1,7 +1,8 @@
 """Pi0 checkpoints: a local directory in transformers' PI0 layout (``config.json`` + ``model.safetensors`` of
 ``PI0ForConditionalGeneration.save_pretrained``; LoRA adapters merged into the base weights), optional tokenizer
-files, and our side file ``embodied_rl_pi0.safetensors`` (value head, noise head, state / action normalisation
-buffers) with ``embodied_rl_pi0.json`` (the policy options). Written into a temporary sibling directory and renamed
+files, the normalisation statistics as transformers' ``PI0Processor`` writes them (``processor_config.json``,
+``normalization.py``), and our side file ``embodied_rl_pi0.safetensors`` (value head, noise head, state / action
+normalisation buffers) with ``embodied_rl_pi0.json`` (the policy options). Written into a temporary sibling directory and renamed
 into place, so a crash never leaves a half-written checkpoint."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import shutil
 import tempfile
 
 import torch
+
+from embodied_rl.models.pi0.normalization import write_processor_statistics
 
 SIDE_WEIGHTS = "embodied_rl_pi0.safetensors"
 SIDE_OPTIONS = "embodied_rl_pi0.json"
@@ -76,6 +79,7 @@ def save_checkpoint(policy, directory: str) -> None:
         if tokenizer is not None:
             tokenizer.save_pretrained(temporary)
         save_file(side_state(policy), os.path.join(temporary, SIDE_WEIGHTS))
+        write_processor_statistics(policy, temporary)
         options = {"obs_dim": policy.state_dim, "action_dim": policy.action_dim, "action_chunk": policy.action_chunk,
                    "cameras": policy.cameras, "settings": {k: (list(v) if isinstance(v, tuple) else v)
                                                            for k, v in vars(policy.settings).items()}}

@@ -37,6 +37,11 @@ class Pi0Policy(Policy):
     obs: ``"rgb"`` uint8 ``[B, H, W, C]`` (C = 3 x cameras, channels last), optional ``"state"`` float32 ``[B, D]``,
     optional ``"instruction"`` numpy strings ``[B]`` (absent: ""), plus ``"stored.chain"`` for ``evaluate``.
 
+    Normalisation: the model sees ``(state - state_mean) / state_std`` and produces actions in the space of
+    ``(action - action_offset) / action_scale``; a checkpoint's published statistics (transformers' PI0Processor or
+    openpi's norm_stats, ``normalization.py``) set them, else ``set_observation_normalization`` /
+    ``set_action_statistics`` from demonstrations.
+
     Prefix: each camera image is resized (bilinear, antialiased) to the SigLIP size and scaled to [-1, 1]; the
     prompt is ``<image> x (tokens per camera x cameras), bos, instruction, "\\n"`` (right-padded, masked: a row does
     not depend on other rows' instruction lengths). The state, normalised by ``state_mean`` / ``state_std``, is
@@ -130,6 +135,7 @@ class Pi0Policy(Policy):
         if checkpoint:
             from embodied_rl.models.pi0.checkpoint import load_side_state
 
+            self._load_published_statistics(checkpoint)
             load_side_state(self, checkpoint)
         if self.settings.lora_rank:
             self._add_lora()
@@ -172,6 +178,23 @@ class Pi0Policy(Policy):
         save_checkpoint(self, directory)
 
     # ------------------------------------------------------------------------------------------------ statistics
+    def _load_published_statistics(self, checkpoint: str) -> None:
+        """The checkpoint's published state / action statistics (``normalization.py``: transformers'
+        ``processor_config.json`` or openpi's ``norm_stats.json``) into ``state_mean`` / ``state_std`` and
+        ``action_offset`` / ``action_scale``, whatever ``action_normalization`` says (that option only governs
+        statistics computed from demonstrations). Our own side file, loaded after, holds the same values."""
+        from embodied_rl.models.pi0 import normalization
+
+        stats = normalization.read_statistics(checkpoint)
+        if "state" in stats and self.state_dim:
+            mean, std = normalization.fit("state", stats["state"], self.state_dim)
+            self.state_mean.copy_(mean)
+            self.state_std.copy_(std)
+        if "actions" in stats:
+            offset, scale = normalization.fit("action", stats["actions"], self.action_dim)
+            self.action_offset.copy_(offset)
+            self.action_scale.copy_(scale)
+
     def set_observation_normalization(self, obs) -> None:
         """State mean / std from ``obs`` (a dict with ``"state"`` ``[N, D]``, or the array itself)."""
         if not self.state_dim:
@@ -232,7 +255,8 @@ class Pi0Policy(Policy):
         device = self._device()
         pixels = self._pixels(torch.as_tensor(rgb))
         texts = obs.get("instruction")
-        texts = [""] * batch if texts is None else [str(t) + "\n" for t in np.asarray(texts).reshape(-1)]
+        texts = [""] * batch if texts is None else [str(t) for t in np.asarray(texts).reshape(-1)]
+        texts = [t + "\n" for t in texts]  # PI0Processor.build_prompts: "<image>... <bos>{text}\n", "" when absent
         text_ids, text_mask = encode_batch(self.tokenizer, texts, self.settings.max_text_tokens)
         images = self.cameras * self.tokens_per_image
         input_ids = torch.cat([torch.full((batch, images), self.image_token_id, dtype=torch.long), text_ids], 1)

@@ -128,7 +128,7 @@ def test_temperature_sharpens_the_sampling_distribution_but_keeps_its_argmax(nam
 
 def test_sdpa_attention_gives_eager_attentions_result_under_the_action_block_mask():
     """The language model runs SDPA (fused kernels, no [B, heads, S, S] scores kept for the backward pass); with
-    OFT's additive mask (left padding, causal prompt, bidirectional action block) it equals eager attention."""
+    OFT's additive mask (left padding, bidirectional attention over the whole sequence) it equals eager attention."""
     import copy
 
     policy = make_policy("openvla_oft")
