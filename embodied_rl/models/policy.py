@@ -93,6 +93,20 @@ def built_in(dtype: torch.dtype):
         torch.set_default_dtype(previous)
 
 
+@contextlib.contextmanager
+def uninitialised(enabled: bool = True):
+    """Modules made inside skip their random initialisation (torch's ``nn.init`` functions and Hugging Face's
+    ``init_weights`` do nothing: transformers' ``no_init_weights``), for weights a checkpoint fills next: a 7.5B
+    network is built in seconds, not minutes. Every such weight must then be loaded (or set)."""
+    if not enabled:
+        yield
+        return
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():
+        yield
+
+
 def in_compute_dtype(method):
     """Decorate a policy method whose network runs under ``Policy.autocast``."""
 

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -99,7 +100,7 @@ class LoadedCheckpoint:
     ``mode`` of ``PROPRIO_NORMALIZATIONS``, or None), the extra heads, OFT's proprio projector and L1 head."""
 
     config: OpenVLAConfig
-    weights: dict[str, torch.Tensor]
+    weights: Mapping[str, torch.Tensor]  # read from the files as looked up (``OurWeights``)
     action_stats: dict | None = None
     state_stats: dict | None = None
     heads: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -169,43 +170,72 @@ def _norm_stats(stats: dict, unnorm_key: str | None) -> tuple[dict | None, dict 
     return action, _proprio_stats(entry.get("proprio"))
 
 
-def _read_weights(directory: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
+class PublishedWeights(Mapping):
+    """The tensors of a checkpoint's ``model*.safetensors`` files by published name, each read from its file when
+    looked up (safetensors' ``safe_open``): a 15 GB checkpoint is never in memory as a whole besides the model."""
 
-    index = os.path.join(directory, INDEX_FILE)
-    if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, "model*.safetensors")))
-    if not files:
-        raise FileNotFoundError(f"openvla checkpoint {directory!r} has no model*.safetensors files")
-    weights: dict[str, torch.Tensor] = {}
-    for name in files:
-        weights.update(load_file(os.path.join(directory, name)))
-    return weights
+    def __init__(self, directory: str):
+        from safetensors import safe_open
+
+        index = os.path.join(directory, INDEX_FILE)
+        if os.path.exists(index):
+            with open(index) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        else:
+            files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, "model*.safetensors")))
+        if not files:
+            raise FileNotFoundError(f"openvla checkpoint {directory!r} has no model*.safetensors files")
+        self._handles = [safe_open(os.path.join(directory, name), framework="pt") for name in files]
+        self._where = {key: handle for handle in self._handles for key in handle.keys()}
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self._where[key].get_tensor(key)
+
+    def __contains__(self, key) -> bool:  # (Mapping's would read the tensor)
+        return key in self._where
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
 
 
-def _to_ours(published: dict[str, torch.Tensor], names: list[str], fused: bool) -> dict[str, torch.Tensor]:
-    """Published tensors -> this package's names ``names`` (those the network has)."""
-    out: dict[str, torch.Tensor] = {}
-    for name in names:
-        theirs, transform, letter = published_name(name, fused)
-        if theirs is None:
-            continue
-        if transform == "layerscale" and theirs not in published:
-            theirs = theirs.replace(".scale_factor", ".gamma")
-        if theirs not in published:
-            raise KeyError(f"openvla checkpoint: missing {theirs!r} (for {name!r})")
-        tensor = published[theirs]
+class OurWeights(Mapping):
+    """Published tensors under this package's names ``names`` (those the network has; ``published_name``), each
+    read and transformed (q/k/v split from the fused tensor, position embeddings reshaped) when looked up."""
+
+    def __init__(self, published: Mapping, names: list[str], fused: bool):
+        self._published, self._sources = published, {}
+        for name in names:
+            theirs, transform, letter = published_name(name, fused)
+            if theirs is None:
+                continue
+            if transform == "layerscale" and theirs not in published:
+                theirs = theirs.replace(".scale_factor", ".gamma")
+            if theirs not in published:
+                raise KeyError(f"openvla checkpoint: missing {theirs!r} (for {name!r})")
+            self._sources[name] = (theirs, transform, letter)
+
+    def __contains__(self, name) -> bool:
+        return name in self._sources
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        theirs, transform, letter = self._sources[name]
+        tensor = self._published[theirs]
         if transform == "qkv":
             tensor = tensor.chunk(3, dim=0)["qkv".index(letter)]
         elif transform == "pos_siglip":
             tensor = tensor.reshape(tensor.shape[-2], tensor.shape[-1])
         elif transform == "pos_dino":  # timm: patches only (no class position) -> HF: a zero class position first
             tensor = torch.cat([torch.zeros_like(tensor[:, :1]), tensor], dim=1)
-        out[name] = tensor
-    return out
+        return tensor
+
+    def __iter__(self):
+        return iter(self._sources)
+
+    def __len__(self) -> int:
+        return len(self._sources)
 
 
 def load_published_checkpoint(directory: str, unnorm_key: str | None = None) -> LoadedCheckpoint:
@@ -223,12 +253,12 @@ def load_published_checkpoint(directory: str, unnorm_key: str | None = None) -> 
     ours = values.get("embodied_rl")
     config = OpenVLAConfig.from_dict(ours["config"]) if ours else _config_from_published(values)
     config.validate()
-    published = _read_weights(directory)
+    published = PublishedWeights(directory)
     with torch.device("meta"):  # only the names and shapes: nothing allocated
         vision, projector, language = build_network(config)
     names = ([f"vision_backbone.{k}" for k in vision.state_dict()] + [f"projector.{k}" for k in projector.state_dict()]
              + [f"language_model.{k}" for k in language.state_dict()])
-    weights = _to_ours(published, names, config.vision.fused)
+    weights = OurWeights(published, names, config.vision.fused)
     # as the reference's _load_dataset_stats: the fine-tuning data's statistics replace the config's
     stats = components.dataset_statistics(directory) or values.get("norm_stats") or {}
     action_stats, state_stats = _norm_stats(stats, unnorm_key)
@@ -245,23 +275,34 @@ def load_published_checkpoint(directory: str, unnorm_key: str | None = None) -> 
 
 
 def apply_loaded(policy, loaded: LoadedCheckpoint) -> None:
-    """Copy ``loaded`` into a freshly built policy of the same configuration (before LoRA is added)."""
-    state = dict(loaded.weights)
+    """Copy ``loaded`` into a freshly built policy of the same configuration (before LoRA is added), one tensor at a
+    time (each read from its file, cast to the policy's dtype as it is copied, then dropped: the load's peak is the
+    model plus one tensor). The network's weights were built uninitialised (``models.policy.uninitialised``): each
+    of them comes from the checkpoint, except unused ones, which are zeroed."""
+    extra = {}
     if loaded.proprio is not None and policy.proprio_projector is not None:
-        state.update({f"proprio_projector.{k}": v for k, v in loaded.proprio.items()})
+        extra.update({f"proprio_projector.{k}": v for k, v in loaded.proprio.items()})
     if loaded.action_head is not None and getattr(policy, "action_head", None) is not None:
-        state.update({f"action_head.{k}": v for k, v in loaded.action_head.items()})
-    state.update(loaded.heads)
-    if policy.action_queries is not None and "action_queries" not in state:
-        state["action_queries"] = torch.zeros_like(policy.action_queries)  # OFT's empty action embeddings
+        extra.update({f"action_head.{k}": v for k, v in loaded.action_head.items()})
+    extra.update(loaded.heads)
+    if policy.action_queries is not None and "action_queries" not in extra:
+        extra["action_queries"] = torch.zeros_like(policy.action_queries)  # OFT's empty action embeddings
+    network = {f"{part}.{name}" for part in ("vision_backbone", "projector", "language_model")
+               for name, _ in getattr(policy, part).named_parameters()}
     own = policy.state_dict()
-    for name, value in list(state.items()):
-        if name not in own:
-            raise KeyError(f"openvla checkpoint {loaded.directory!r}: {name!r} does not fit this policy")
-        if tuple(value.shape) != tuple(own[name].shape):
-            raise ValueError(f"openvla checkpoint {loaded.directory!r}: {name!r} has shape {tuple(value.shape)}, "
-                             f"the policy {tuple(own[name].shape)} (action_dim, action_chunk or state size differ?)")
-    policy.load_state_dict(state, strict=False)
+    with torch.no_grad():
+        for source in (loaded.weights, extra):  # the heads file's entries last: they replace the network's
+            for name in source:
+                if name not in own:
+                    raise KeyError(f"openvla checkpoint {loaded.directory!r}: {name!r} does not fit this policy")
+                value = source[name]
+                if tuple(value.shape) != tuple(own[name].shape):
+                    raise ValueError(f"openvla checkpoint {loaded.directory!r}: {name!r} has shape "
+                                     f"{tuple(value.shape)}, the policy {tuple(own[name].shape)} (action_dim, "
+                                     "action_chunk or state size differ?)")
+                own[name].copy_(value)
+        for name in network - set(loaded.weights) - set(extra):  # e.g. DINOv2's mask token (image modelling only)
+            own[name].zero_()
     if loaded.action_stats is not None and not any(k.startswith("action_tokenizer.") for k in loaded.heads):
         for key in ("q01", "q99", "mask"):
             getattr(policy.action_tokenizer, key).copy_(loaded.action_stats[key])

@@ -11,7 +11,7 @@ from torch import nn
 
 from embodied_rl.models.openvla.action_tokenizer import ActionTokenizer
 from embodied_rl.models.openvla.configuration import SIZES, invalid_option, preset
-from embodied_rl.models.policy import Policy, built_in, full_precision, in_compute_dtype
+from embodied_rl.models.policy import Policy, built_in, full_precision, in_compute_dtype, uninitialised
 from embodied_rl.models.registry import POLICIES
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -113,7 +113,7 @@ class OpenVLAPolicy(Policy):
         self.config = config.validate()
         self.tokenizer = checkpoints.instruction_tokenizer(checkpoint, config)
 
-        with built_in(DTYPES[dtype]):
+        with built_in(DTYPES[dtype]), uninitialised(loaded is not None):  # a checkpoint fills every weight
             self.vision_backbone, self.projector, self.language_model = build_network(config)
         width = config.language.width
         self.proprio_projector = ProprioProjector(self.state_dim, width) if self.use_proprio else None

@@ -102,3 +102,45 @@ def test_a_checkpoint_of_another_shape_is_refused(tmp_path):
     save_published_checkpoint(make_policy("openvla_oft", action_chunk=2), directory)
     with pytest.raises(ValueError, match="action_queries"):
         make_policy("openvla_oft", action_chunk=3, checkpoint=directory)
+
+
+def test_a_checkpoint_loads_into_an_uninitialised_network_one_tensor_at_a_time(tmp_path, monkeypatch):
+    """Reading a checkpoint holds no tensor; building the policy from it reads each published tensor as it is
+    copied in (the fused q/k/v tensor once per projection), into a network built without random initialisation,
+    and every weight ends up as saved (DINOv2's unused mask token zeroed)."""
+    from embodied_rl.models.openvla import checkpoint
+
+    saved = make_policy("openvla_oft", fused_vision=True)
+    directory = str(tmp_path / "ckpt")
+    save_published_checkpoint(saved, directory, max_shard_bytes=200_000)
+    reads = []
+    original = checkpoint.PublishedWeights.__getitem__
+    monkeypatch.setattr(checkpoint.PublishedWeights, "__getitem__", lambda self, key: reads.append(key) or
+                        original(self, key))
+    loaded = load_published_checkpoint(directory)
+    assert not reads and len(loaded.weights) > 20
+    init_calls = []
+    monkeypatch.setattr(torch.nn.init, "normal_", lambda tensor, *a, **k: tensor.is_meta or
+                        init_calls.append(tuple(tensor.shape)) or tensor)  # (meta: the reader's names and shapes)
+    policy = make_policy("openvla_oft", seed=7, fused_vision=True, checkpoint=directory)
+    published = set(_published_keys(directory)[1])
+    assert set(reads) == published and max(reads.count(k) for k in reads) <= 3
+    assert all(shape != (policy.config.language.vocab_size, policy.config.language.width) for shape in init_calls)
+    own = saved.state_dict()
+    for name, value in policy.state_dict().items():
+        if name.endswith("mask_token"):
+            assert not value.any()
+        elif not name.startswith(("critic_head", "action_queries")):
+            assert torch.equal(value, own[name]), name
+
+
+def test_uninitialised_skips_random_initialisation_only_inside():
+    from embodied_rl.models.policy import uninitialised
+
+    inside = torch.zeros(4)
+    with uninitialised():
+        torch.nn.init.normal_(inside)
+    assert not inside.any()
+    assert torch.nn.init.normal_(torch.zeros(4)).any()
+    with uninitialised(False):
+        assert torch.nn.init.normal_(torch.zeros(4)).any()
