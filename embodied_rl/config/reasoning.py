@@ -198,13 +198,13 @@ WEIGHT_SYNCS = ("auto", "broadcast", "object_store")
 
 
 def weight_sync(config: "ReasoningConfig") -> str:
-    """``rollout.weight_sync`` with ``auto`` resolved: ``broadcast`` for the hf engine unless generation and
-    training take turns on shared slots (then ``object_store``: the weights wait in host memory for the generation
-    turn, as in embodied runs), else ``object_store``."""
+    """``rollout.weight_sync`` with ``auto`` resolved: ``broadcast`` (every engine: vLLM and SGLang take each
+    bucket into their model as it arrives) unless generation and training take turns on shared slots (then
+    ``object_store``: the weights wait in host memory for the generation turn, as in embodied runs)."""
     rollout = config.rollout
     if rollout.weight_sync != "auto":
         return rollout.weight_sync
-    return "broadcast" if rollout.engine == "hf" and not takes_turns(config) else "object_store"
+    return "object_store" if takes_turns(config) else "broadcast"
 
 
 def text_placement(config: "ReasoningConfig"):
@@ -281,9 +281,6 @@ def validate_reasoning(c: ReasoningConfig) -> None:
              dict(c.rollout.engine_options), "{} with rollout.engine=hf (options are vLLM's or SGLang's)")
     _require(c.rollout.weight_sync in WEIGHT_SYNCS, "rollout.weight_sync", c.rollout.weight_sync,
              ", ".join(WEIGHT_SYNCS))
-    _require(c.rollout.weight_sync != "broadcast" or c.rollout.engine == "hf", "rollout.weight_sync",
-             c.rollout.weight_sync, "auto or object_store with rollout.engine other than hf (vLLM and SGLang "
-             "load weights into their own engine)")
     if c.rollout.engine != "hf":
         _require(c.rollout.quantization == "none", "rollout.quantization", c.rollout.quantization,
                  "none with rollout.engine other than hf (vLLM and SGLang quantise by their own options)")

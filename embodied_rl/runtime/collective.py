@@ -19,9 +19,10 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
+import re
 import socket
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.distributed as distributed
@@ -29,6 +30,9 @@ import torch.distributed as distributed
 BACKENDS = ("auto", "nccl", "gloo")
 DEFAULT_TIMEOUT_SECONDS = 600.0
 _ALIGNMENT = 16  # bytes; every tensor in a packed buffer starts here so any dtype can view its slice
+BUCKET_BYTES = 256 * 2 ** 20
+"""About how many bytes of a state dict one broadcast carries (``broadcast_state_dict``)."""
+_LAYER = re.compile(r"^(.*?\.(?:layers|h|blocks)\.\d+)\.")
 
 # Rendezvous stores opened in this process (as rank 0) and not yet joined, by port.
 _OPEN_STORES: dict[int, "distributed.TCPStore"] = {}
@@ -179,49 +183,62 @@ class CollectiveGroup:
         self.broadcast(payload, src)
         return value if self.rank == src else pickle.loads(payload.cpu().numpy().tobytes())
 
-    def broadcast_state_dict(self, state_dict: dict[str, torch.Tensor] | None, src: int) -> dict[str, torch.Tensor]:
+    def broadcast_state_dict(self, state_dict: dict[str, torch.Tensor] | None, src: int,
+                             on_bucket: Callable[[dict[str, torch.Tensor]], None] | None = None,
+                             bucket_bytes: int = BUCKET_BYTES) -> dict[str, torch.Tensor]:
         """Broadcast the tensors of ``state_dict`` from rank ``src`` to every rank (weight sync).
 
         ``src`` passes its state dict; the others pass ``None`` (they get new tensors on ``device``) or their own
         dict as a template (its tensors, on any device, are overwritten in place and returned, so a model that
-        owns them is updated with no further copy; names, shapes and dtypes must match ``src``'s).
+        owns them is updated with no further copy; names, shapes and dtypes must match ``src``'s). A receiver
+        without a template may pass ``on_bucket``: each bucket's tensors are handed to it as they arrive (e.g. into
+        an inference engine) and nothing is kept (returns ``{}``).
 
-        Receivers need not know names or shapes: a small metadata object (names, shapes, dtypes) goes first.
-        Then all tensors travel packed as bytes in one contiguous buffer, in one broadcast: a model has hundreds
-        of parameters, and one call per tensor pays the per-call latency (a rendezvous per call in NCCL, a
-        round of messages in gloo) hundreds of times. Packing as bytes, not one buffer per dtype, makes it one
-        call even for mixed dtypes and carries dtypes a backend cannot reduce (bool, bfloat16 on gloo).
+        Receivers need not know names or shapes: a small metadata object (names, shapes, dtypes, the source's
+        ``bucket_bytes``) goes first. Then the tensors travel packed as bytes in buckets of about ``bucket_bytes``
+        (whole layers: the tensors of one ``layers.N`` block are never split), one broadcast per bucket: a model
+        has hundreds of parameters, and one call per tensor pays the per-call latency (a rendezvous per call in
+        NCCL, a round of messages in gloo) hundreds of times, while one buffer for the whole model would double
+        its memory on every member. Packing as bytes, not one buffer per dtype, carries mixed dtypes in one call,
+        also those a backend cannot reduce (bool, bfloat16 on gloo).
         """
         self._check_rank(src)
         if self.rank == src:
             if state_dict is None:
                 raise ValueError(f"rank {src} is the source of the broadcast and must pass its state dict")
             tensors = {name: tensor.detach() for name, tensor in state_dict.items()}
-            layout = self.broadcast_object([(name, tuple(t.shape), t.dtype) for name, t in tensors.items()], src)
+            layout, bucket_bytes = self.broadcast_object(
+                ([(name, tuple(t.shape), t.dtype) for name, t in tensors.items()], bucket_bytes), src)
         else:
-            layout = self.broadcast_object(None, src)
-        offsets, total_bytes = _packed_offsets(layout)
-        buffer = torch.empty(total_bytes, dtype=torch.uint8, device=self.device)
-        if self.rank == src:
-            for (name, _, _), offset in zip(layout, offsets):
-                flat = _as_bytes(tensors[name])
-                buffer[offset:offset + flat.numel()].copy_(flat)
-        if total_bytes:
-            self.broadcast(buffer, src)
-        if self.rank == src:
-            return dict(state_dict)
-        if state_dict is not None:
-            _check_template(state_dict, layout, self.name)
-        received = {}
-        for (name, shape, dtype), offset in zip(layout, offsets):
-            size = torch.Size(shape).numel() * _itemsize(dtype)
-            value = buffer[offset:offset + size].view(dtype).view(shape)
+            layout, bucket_bytes = self.broadcast_object(None, src)
             if state_dict is not None:
-                with torch.no_grad():  # a template may hold a model's parameters, which require grad
-                    received[name] = state_dict[name].copy_(value)
+                _check_template(state_dict, layout, self.name)
+        received = {}
+        for bucket in bucketed(layout, bucket_bytes):
+            offsets, total_bytes = _packed_offsets(bucket)
+            buffer = torch.empty(total_bytes, dtype=torch.uint8, device=self.device)
+            if self.rank == src:
+                for (name, _, _), offset in zip(bucket, offsets):
+                    flat = _as_bytes(tensors[name])
+                    buffer[offset:offset + flat.numel()].copy_(flat)
+            if total_bytes:
+                self.broadcast(buffer, src)
+            if self.rank == src:
+                continue
+            arrived = {}
+            for (name, shape, dtype), offset in zip(bucket, offsets):
+                size = torch.Size(shape).numel() * _itemsize(dtype)
+                value = buffer[offset:offset + size].view(dtype).view(shape)
+                if state_dict is not None:
+                    with torch.no_grad():  # a template may hold a model's parameters, which require grad
+                        arrived[name] = state_dict[name].copy_(value)
+                else:
+                    arrived[name] = value if on_bucket is not None else value.clone()  # own storage, not a view
+            if on_bucket is not None:
+                on_bucket(arrived)
             else:
-                received[name] = value.clone()  # its own storage, not a view pinning the whole buffer
-        return received
+                received.update(arrived)
+        return dict(state_dict) if self.rank == src else received
 
     def send(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
         """Send ``tensor`` to rank ``dst``, which must call ``recv`` with the same shape and dtype."""
@@ -274,6 +291,31 @@ class CollectiveGroup:
 
 def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+def bucketed(layout: list[tuple[str, tuple[int, ...], torch.dtype]], bucket_bytes: int) -> list[list]:
+    """``layout`` (name, shape, dtype) in consecutive buckets of at most ``bucket_bytes`` packed, never splitting a
+    layer (the entries of one ``...layers.N.`` / ``h.N.`` / ``blocks.N.`` prefix: an engine loads q/k/v or
+    gate/up fused, so they travel together); a layer larger than the cap is a bucket of its own."""
+    units: list[list] = []
+    for entry in layout:
+        match = _LAYER.match(entry[0])
+        key = match.group(1) if match else entry[0]
+        if units and units[-1][0] == key:
+            units[-1][1].append(entry)
+        else:
+            units.append((key, [entry]))
+    buckets, current, size = [], [], 0
+    for _, entries in units:
+        unit_size = _packed_offsets(entries)[1]
+        if current and size + unit_size > bucket_bytes:
+            buckets.append(current)
+            current, size = [], 0
+        current.extend(entries)
+        size += unit_size
+    if current or not buckets:
+        buckets.append(current)
+    return buckets
 
 
 def _packed_offsets(layout: list[tuple[str, tuple[int, ...], torch.dtype]]) -> tuple[list[int], int]:

@@ -69,10 +69,23 @@ class GenerationWorker(Worker):
     def receive_weights(self, collective: str, only_trained: bool = False) -> int:
         """Receive the model broadcast by rank 0 of ``collective`` (``LMActorWorker.broadcast_weights``) into this
         worker's model in place, re-quantise the int8 copy if there is one; returns the policy version.
-        ``only_trained`` is taken for ``WeightSync``'s one interface (every weight of the LM travels)."""
+        ``only_trained`` is taken for ``WeightSync``'s one interface (every weight of the LM travels).
+
+        vLLM and SGLang own their weights: each bucket of the broadcast (whole layers, on this worker's device: over
+        NCCL on GPUs) goes into the engine as it arrives (``load_weights``: in-process into vLLM's model, through
+        CUDA IPC into SGLang's), so neither the object store nor a second whole copy of the model is involved."""
         if self.engine_name != "hf":
-            raise RuntimeError(f"generation worker {self.address}: engine {self.engine_name!r} owns its weights; "
-                               "use rollout.weight_sync=object_store")
+            version = []
+
+            def into_engine(bucket: dict) -> None:
+                if POLICY_VERSION_KEY in bucket:
+                    version.append(int(bucket.pop(POLICY_VERSION_KEY)))
+                if bucket:
+                    self.engine.load_weights(bucket)
+
+            self.collectives[collective].broadcast_state_dict(None, src=0, on_bucket=into_engine)
+            self.policy_version = version[0]
+            return self.policy_version
         template = weights_template(self.model)
         template[POLICY_VERSION_KEY] = torch.zeros((), dtype=torch.int64)
         received = self.collectives[collective].broadcast_state_dict(template, src=0)

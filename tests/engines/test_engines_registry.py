@@ -184,6 +184,37 @@ def test_a_vllm_generation_worker_passes_engine_options_and_keeps_no_model_of_it
         worker.get_weights()
 
 
+def test_a_vllm_generation_worker_takes_a_broadcast_into_its_engine_bucket_by_bucket(monkeypatch, tmp_path):
+    """Under broadcast weight sync a vLLM (or SGLang) worker hands each bucket of the broadcast to its engine as it
+    arrives (whole layers, on its device) and keeps no copy; the policy version travels with them."""
+    import torch
+
+    from embodied_rl.models.causal_lm.tiny_checkpoints import write_tiny_checkpoint
+    from embodied_rl.workers.generation_worker import GenerationWorker
+    from embodied_rl.workers.messages import POLICY_VERSION_KEY
+
+    vllm = _fake_vllm({})
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", vllm.inputs)
+    name = str(write_tiny_checkpoint(tmp_path / "qwen2", "qwen2"))
+    worker = GenerationWorker(model={"name": name}, engine="vllm", group="generation", rank=0, world_size=1)
+    loads = []
+    monkeypatch.setattr(worker.engine, "load_weights", lambda state: loads.append(dict(state)))
+    buckets = [{"model.layers.0.q_proj.weight": torch.ones(2), POLICY_VERSION_KEY: torch.tensor(5)},
+               {"model.layers.1.q_proj.weight": torch.zeros(2)}]
+
+    class Arriving:  # the receiving side of ``CollectiveGroup.broadcast_state_dict`` with ``on_bucket``
+        def broadcast_state_dict(self, state, src, on_bucket=None):
+            assert state is None and src == 0 and on_bucket is not None
+            for bucket in buckets:
+                on_bucket(dict(bucket))
+            return {}
+
+    worker.collectives["weights:0"] = Arriving()
+    assert worker.receive_weights("weights:0") == 5 == worker.policy_version
+    assert [list(load) for load in loads] == [["model.layers.0.q_proj.weight"], ["model.layers.1.q_proj.weight"]]
+
+
 def test_engine_options_with_the_hf_engine_are_refused():
     from embodied_rl.config.errors import ConfigError
     from embodied_rl.config.reasoning import load_reasoning_config

@@ -56,6 +56,16 @@ class CollectiveProbe(Worker):
         assert torch.equal(self.model.weight, received["weight"]) and self.model.weight.requires_grad
         return received
 
+    def broadcast_in_buckets(self, name: str, src: int, state: dict | None, bucket_bytes: int) -> list[dict]:
+        """Rank ``src`` sends ``state`` in buckets of ``bucket_bytes``; the others collect what ``on_bucket`` gets."""
+        group = self.collectives[name]
+        if group.rank == src:
+            return [group.broadcast_state_dict(state, src, bucket_bytes=bucket_bytes)]
+        buckets = []
+        assert group.broadcast_state_dict(None, src, on_bucket=lambda b: buckets.append(
+            {k: v.clone() for k, v in b.items()})) == {}
+        return buckets
+
     def send_tensor(self, name: str, tensor: torch.Tensor, dst: int) -> None:
         self.collectives[name].send(tensor, dst)
 
@@ -104,6 +114,34 @@ def test_rank_zero_broadcasts_a_state_dict_that_every_rank_receives_exactly(prob
             assert_state_dicts_equal(received, reference_state_dict(8))
     finally:
         dissolve_collective("weights", probes.workers)
+
+
+def test_a_state_dict_travels_in_buckets_of_whole_layers_handed_over_as_they_arrive(probes):
+    """Buckets of at most the source's size (a larger layer alone), never splitting a ``layers.N`` block (an engine
+    loads q/k/v fused); what the receivers' ``on_bucket`` got is the whole state dict, exactly."""
+    torch.manual_seed(0)
+    state = {"model.embed_tokens.weight": torch.randn(64, 8)}
+    for layer in range(3):
+        for part in ("q_proj", "k_proj", "v_proj", "mlp.up_proj"):
+            state[f"model.layers.{layer}.{part}.weight"] = torch.randn(8, 8, dtype=torch.bfloat16)
+    state["lm_head.weight"] = torch.randn(64, 8)
+    state["version"] = torch.tensor(3)
+    spec = form_collective("buckets", probes.workers)
+    try:
+        futures = [probes.workers[0].broadcast_in_buckets.remote("buckets", 0, state, 700)] + [
+            worker.broadcast_in_buckets.remote("buckets", 0, None, 0) for worker in probes.workers[1:]]
+        _, *received = ray.get(futures, timeout=60)
+    finally:
+        dissolve_collective("buckets", probes.workers)
+    assert spec.world_size == 3
+    for buckets in received:
+        assert len(buckets) >= 4  # embeddings (2 KiB) alone, then layers of 512 bytes one or so at a time
+        layers = [{k.split(".")[2] for k in bucket if ".layers." in k} for bucket in buckets]
+        owners = [next(i for i, found in enumerate(layers) if str(layer) in found) for layer in range(3)]
+        assert all(str(layer) not in found for layer, owner in enumerate(owners)
+                   for i, found in enumerate(layers) if i != owner)  # every layer in one bucket
+        merged = {k: v for bucket in buckets for k, v in bucket.items()}
+        assert_state_dicts_equal({k: merged[k] for k in state}, state)
 
 
 def test_point_to_point_send_and_receive_carry_exact_values(probes):
