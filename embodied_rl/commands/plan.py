@@ -103,11 +103,13 @@ def sharded_weight_bytes(policy, ranks: int) -> float:
 
 
 def placements(trainer_gib: float, sampler_gib: float, collocated_gpus: int, disaggregated_gpus: int, gpus: int,
-               gpu_gib: float) -> dict:
+               gpu_gib: float, offloaded: bool = True) -> dict:
     """Peak per GPU (GiB), GPUs needed and the verdict of each placement on ``gpus`` GPUs of ``gpu_gib``: a GPU holds
-    a trainer's or a sampler's peak either way (collocated, they take turns and the other is offloaded)."""
+    a trainer's or a sampler's peak (collocated, they take turns and the other is offloaded; ``offloaded=False``:
+    nothing is offloaded, as for a sharded actor, and a collocated GPU holds both)."""
     peak = max(trainer_gib, sampler_gib)
-    result = {"collocated": {"peak_gib": peak, "gpus": collocated_gpus},
+    together = peak if offloaded else trainer_gib + sampler_gib
+    result = {"collocated": {"peak_gib": together, "gpus": collocated_gpus},
               "disaggregated": {"peak_gib": peak, "gpus": disaggregated_gpus}}
     for entry in result.values():
         entry["fits"] = entry["peak_gib"] <= gpu_gib - HEADROOM_GIB and entry["gpus"] <= gpus
@@ -149,7 +151,8 @@ def run_plan(task: str | None, config_file: str | None, overrides: list[str], gp
         # the embodied actor's peak is on each of its ranks' GPUs (one rank: one GPU whatever the count)
         ranks = plan["actor_ranks"]
         plan.update(stage=stage.name, algorithm=stage.config.algorithm.name, gpus=gpus, gpu_memory_gib=gpu_gib,
-                    placements=placements(actor, rollout, ranks, ranks + plan["rollout_workers"], gpus, gpu_gib))
+                    placements=placements(actor, rollout, ranks, ranks + plan["rollout_workers"], gpus, gpu_gib,
+                                          offloaded=stage.config.actor.backend == "single"))
         plans.append(plan)
     if as_json:
         print(json.dumps(plans))

@@ -31,6 +31,9 @@ def test_plan_of_a_staged_vla_recipe_reports_each_stage_and_micro_batches_shrink
     assert part["optimizer"] == actor["optimizer"] / 2 and part["gradients"] == actor["gradients"] / 2
     assert actor["weights"] / 2 < part["weights"] < actor["weights"]  # a shard, plus what FSDP gathers whole
     assert sharded["placements"]["collocated"]["gpus"] == 2
+    rollout_gib = sum(sharded["components"]["rollout"].values()) / 2 ** 30
+    # a sharded actor is not offloaded: a collocated GPU holds it beside the rollout worker
+    assert sharded["placements"]["collocated"]["peak_gib"] == pytest.approx(sum(part.values()) / 2 ** 30 + rollout_gib)
 
 
 def test_plan_of_a_text_task_sizes_trainer_and_generation():
