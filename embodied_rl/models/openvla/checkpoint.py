@@ -368,7 +368,9 @@ def _published_config(policy) -> dict:
 
 
 def published_weights(policy) -> dict[str, torch.Tensor]:
-    """The policy's vision backbone, projector and LM (LoRA merged) under the published names."""
+    """The policy's vision backbone, projector and LM (LoRA merged) under the published names, in the policy's
+    compute dtype as its ``torch_dtype`` says (float32 master weights of a bf16 policy are saved in bf16, as the
+    published checkpoints are)."""
     fused = policy.config.vision.fused
     ours = {f"vision_backbone.{k}": v for k, v in policy.vision_backbone.state_dict().items()}
     ours.update({f"projector.{k}": v for k, v in policy.projector.state_dict().items()})
@@ -380,6 +382,8 @@ def published_weights(policy) -> dict[str, torch.Tensor]:
         if theirs is None:
             continue
         tensor = tensor.detach().cpu()
+        if tensor.is_floating_point():
+            tensor = tensor.to(policy.compute_dtype)
         if transform == "qkv":
             qkv.setdefault(theirs, {})[letter] = tensor
             continue
