@@ -46,9 +46,15 @@ def encode_batch(tokenizer, texts, max_length: int) -> tuple[torch.Tensor, torch
     """Instructions (a sequence or numpy array of ``B`` strings) -> ids ``[B, L]`` int64 and mask ``[B, L]`` bool,
     right-padded with ``tokenizer.pad_id``, cut at ``max_length`` tokens; ``L`` is the longest kept length (at
     least 1). Identical strings give identical rows, so rollout and training see the same prompt."""
-    rows = [tokenizer.encode(str(t))[:max_length] for t in np.asarray(texts).reshape(-1)]
+    return right_padded([tokenizer.encode(str(t))[:max_length] for t in np.asarray(texts).reshape(-1)],
+                        tokenizer.pad_id)
+
+
+def right_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists -> ids ``[B, L]`` int64 right-padded with ``pad_id`` and valid mask ``[B, L]`` bool; ``L`` is
+    the longest row (at least 1)."""
     length = max(1, max((len(r) for r in rows), default=1))
-    ids = torch.full((len(rows), length), tokenizer.pad_id, dtype=torch.long)
+    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), length), dtype=torch.bool)
     for i, row in enumerate(rows):
         ids[i, :len(row)] = torch.as_tensor(row, dtype=torch.long)

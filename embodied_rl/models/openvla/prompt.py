@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from embodied_rl.models.text_tokenizer import right_padded
+
 
 def prompt_token_ids(tokenizer, texts, max_tokens: int, empty_token_id: int | None):
     """Prompts ``[B]`` -> ids ``[B, L]`` int64 and valid mask ``[B, L]`` bool, right-padded with the tokenizer's
@@ -22,13 +24,7 @@ def prompt_token_ids(tokenizer, texts, max_tokens: int, empty_token_id: int | No
         if empty_token_id is not None and (not ids or ids[-1] != empty_token_id):
             ids.append(int(empty_token_id))
         rows.append(ids)
-    length = max(1, max((len(r) for r in rows), default=1))
-    ids = torch.full((len(rows), length), tokenizer.pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), length), dtype=torch.bool)
-    for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.as_tensor(row, dtype=torch.long)
-        mask[i, :len(row)] = True
-    return ids, mask
+    return right_padded(rows, tokenizer.pad_id)
 
 
 def with_patches(text: tuple[torch.Tensor, torch.Tensor],

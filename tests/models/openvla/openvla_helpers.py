@@ -28,3 +28,16 @@ def make_obs(batch: int, seed: int = 0, instructions=None) -> dict:
 
 def rows(obs: dict, index) -> dict:
     return {k: (v[index] if not isinstance(v, np.ndarray) else v[np.asarray(index)]) for k, v in obs.items()}
+
+
+def supervised_losses(policy, obs: dict, targets: torch.Tensor, steps: int, lr: float = 3e-3) -> list[float]:
+    """``steps`` Adam steps of ``policy.supervised_loss(obs, targets)``; the loss before each step."""
+    optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        loss = policy.supervised_loss(obs, targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses

@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 from embodied_rl.models.openvla import save_published_checkpoint
 from embodied_rl.models.openvla.action_head import L1RegressionActionHead
-from openvla_helpers import ACTION_DIM, make_obs, make_policy
+from openvla_helpers import ACTION_DIM, make_obs, make_policy, supervised_losses
 from test_models_openvla_layout import recorded
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -166,12 +166,5 @@ def test_the_l1_policy_is_a_gaussian_around_the_regressed_chunk():
     deterministic = policy.act(obs, deterministic=True)[0]
     torch.testing.assert_close(deterministic, policy.action_tokenizer.unnormalize(mean.reshape(4, 2, ACTION_DIM)))
     targets = torch.rand(4, 2, ACTION_DIM, generator=torch.Generator().manual_seed(3)) * 2 - 1
-    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(40):
-        loss = policy.supervised_loss(obs, targets)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = supervised_losses(policy, obs, targets, 40)
     assert losses[-1] < 0.3 * losses[0]

@@ -4,7 +4,7 @@ under padding, supervised learning."""
 import pytest
 import torch
 
-from openvla_helpers import ACTION_DIM, make_obs, make_policy, rows
+from openvla_helpers import ACTION_DIM, make_obs, make_policy, rows, supervised_losses
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -81,14 +81,7 @@ def test_supervised_loss_learns_the_target_bins(name):
     policy = make_policy(name, action_chunk=2)
     obs = make_obs(4)
     targets = torch.rand(4, 2, ACTION_DIM, generator=torch.Generator().manual_seed(3)) * 2 - 1
-    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(50):
-        loss = policy.supervised_loss(obs, targets)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = supervised_losses(policy, obs, targets, 50)
     assert losses[0] > 5.0 and losses[-1] < 0.2 * losses[0]
     actions, _, _, stored = policy.act(obs, deterministic=True)
     expected = policy.action_tokenizer.tokens(targets).reshape(4, -1)
