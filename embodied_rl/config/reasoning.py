@@ -248,6 +248,11 @@ def _check_megatron(c: ReasoningConfig) -> None:
     if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
         raise ConfigError("actor.backend='megatron': megatron-core is not installed (pip install "
                           "'embodied-rl[megatron]')")
+    import torch
+
+    if torch.cuda.is_available():  # the engine's CPU bypasses of Megatron's CUDA assumptions; float32 only
+        raise ConfigError("actor.backend='megatron' is out of range on a machine with GPUs: it trains on the CPU "
+                          "over gloo in float32 only; allowed: fsdp or ddp (bf16 autocast over float32 masters, NCCL)")
     from embodied_rl.models.causal_lm.loading import TINY_SIZES
 
     sizes = TINY_SIZES.get(c.model.name)

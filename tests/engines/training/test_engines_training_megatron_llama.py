@@ -172,6 +172,19 @@ def test_trainer_backend_megatron_config(world_size, ok):
             load_reasoning_config("math_arith", None, overrides)
 
 
+def test_megatron_on_a_machine_with_gpus_is_one_config_error(monkeypatch):
+    """The Megatron engine trains on the CPU in float32 only: where CUDA is available the config says so and
+    names the GPU trainers, before anything starts."""
+    import torch
+
+    from embodied_rl.config.errors import ConfigError
+    from embodied_rl.config.reasoning import load_reasoning_config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ConfigError, match="actor.backend='megatron' is out of range on a machine with GPUs.*fsdp"):
+        load_reasoning_config("math_arith", None, ["actor.backend=megatron"])
+
+
 def rank_main(rank: int, world_size: int, port: int, out: Path | None = None) -> tuple | None:
     """A TP rank: the trainer's updates, its checkpoint state and HF save (under ``out``), the engine-level
     logits; rank 0 returns ``(weights, metrics, logits)``."""
