@@ -102,3 +102,18 @@ def wait_rank_processes(ranks: list[subprocess.Popen], timeout_s: float = 300) -
     codes = [process.returncode for process in ranks]
     assert codes == [0] * len(ranks), "rank exit codes %s:\n%s" % (codes, "\n".join(
         f"--- rank {rank}:\n{log[-3000:]}" for rank, log in enumerate(logs)))
+
+
+class ListChannel:
+    """The two methods an actor worker uses of its trajectory channel, over a list (for an actor built without Ray):
+    ``items`` are what ``get_batch`` hands out, oldest first."""
+
+    def __init__(self):
+        self.items = []
+
+    def subscribe(self, key: str) -> None:
+        pass
+
+    def get_batch(self, key: str, most: int, timeout: float | None = None) -> list:
+        taken, self.items = self.items[:most], self.items[most:]
+        return taken

@@ -20,24 +20,10 @@ import numpy as np
 import pytest
 import torch
 
-from tests.tests_helpers import start_rank_processes, wait_rank_processes
+from tests.tests_helpers import ListChannel, start_rank_processes, wait_rank_processes
 
 pytestmark = pytest.mark.slow  # ~40 s: 3 processes building tiny VLAs and training them
 T, B, ENV_RANKS = 4, 3, 2  # steps and envs of each trajectory, env workers per round
-
-
-class ListChannel:
-    """The two methods the actor uses of its trajectory channel, over a list (rank 0's trajectories)."""
-
-    def __init__(self):
-        self.items = []
-
-    def subscribe(self, key: str) -> None:
-        pass
-
-    def get_batch(self, key: str, most: int, timeout: float | None = None) -> list:
-        taken, self.items = self.items[:most], self.items[most:]
-        return taken
 
 
 def spec() -> dict:

@@ -70,7 +70,7 @@ def test_sft_of_a_bf16_vla_moves_its_float32_masters_and_hands_them_to_rl(policy
     from embodied_rl.algorithms.embodied.grpo import GroupConfig
     from embodied_rl.workers.actor_worker import ActorWorker
     from tests.models.openvla.openvla_helpers import ACTION_DIM, SHAPES, make_obs
-    from tests.workers.test_workers_sharded_actor import ListChannel
+    from tests.tests_helpers import ListChannel
 
     spec = dict(name=policy, obs_dim=5, action_dim=ACTION_DIM, hidden_sizes=[32], obs_shapes=SHAPES, action_chunk=2,
                 lora_rank=4, dtype="bfloat16")
