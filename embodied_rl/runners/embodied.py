@@ -93,8 +93,9 @@ class EmbodiedRunner:
             turns = PhaseTurns(workers, lock, offload=c.placement.offload == "auto", weight_sync=c.rollout.weight_sync)
             print(f"{workers.placement.describe()}; {turns.describe()}", file=sys.stderr, flush=True)
             log = MetricsLog(self.run_dir, self.env_steps if self.resume is not None else None)
-            progress = (TrainingProgress(self.total_iterations(), f"{c.task} sft", unit="iterations")
-                        if self.supervised else TrainingProgress(c.total_env_steps, c.task))
+            progress = (TrainingProgress(self.total_iterations(), f"{c.task} sft", unit="iterations",
+                                         done=self.iteration)
+                        if self.supervised else TrainingProgress(c.total_env_steps, c.task, done=self.env_steps))
             try:
                 turns.start()
                 with turns.training("setup"):

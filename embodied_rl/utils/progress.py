@@ -6,10 +6,33 @@ import sys
 import time
 
 
+def rate_text(per_second: float, unit: str) -> str:
+    """A rate as people read it: ``12.3 steps/s``, or per minute or hour when slower than one a second or minute
+    (an SFT iteration of 40 s is ``1.5 iterations/min``, not ``0.0 iterations/s``)."""
+    for per, scale in (("s", 1.0), ("min", 60.0), ("h", 3600.0)):
+        value = per_second * scale
+        if value >= 1.0 or per == "h":
+            return f"{value:,.1f} {unit}/{per}"
+    return f"0 {unit}/s"  # pragma: no cover - the loop returns at "h"
+
+
+def eta_seconds(done: int, total: int, per_second: float) -> float:
+    """Seconds until ``total`` at ``per_second`` from ``done``; 0 once done (a stage that overshoots its total by
+    part of an iteration is finished, not ``-2 s`` early); infinite before any progress."""
+    if done >= total:
+        return 0.0
+    return (total - done) / per_second if per_second > 0 else float("inf")
+
+
 class TrainingProgress:
-    def __init__(self, total_steps: int, description: str, plain_every_s: float = 10.0, unit: str = "steps"):
+    """Progress of a run towards ``total_steps`` (env steps, or a stage's iterations). ``done``: steps already done
+    when it starts (a resumed run), left out of the rate."""
+
+    def __init__(self, total_steps: int, description: str, plain_every_s: float = 10.0, unit: str = "steps",
+                 done: int = 0):
         self.total = total_steps
         self.unit = unit
+        self.done_at_start = done
         self.start = time.monotonic()
         self.last_plain = 0.0
         self.plain_every_s = plain_every_s
@@ -21,25 +44,35 @@ class TrainingProgress:
 
             self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                                 TextColumn("{task.completed:,}/{task.total:,} " + unit),
-                                TextColumn("{task.fields[rate]:,.1f} " + unit + "/s"),
+                                TextColumn("{task.fields[rate]}"),
                                 TextColumn("success {task.fields[success]}"), TimeRemainingColumn(),
                                 transient=False)
             self.bar.start()
-            self.task = self.bar.add_task(description, total=total_steps, rate=0.0, success="-")
+            self.task = self.bar.add_task(description, total=total_steps, completed=done, rate="-", success="-")
 
     def update(self, steps: int, success: float | None = None) -> None:
         if success is not None:
             self.success = success
-        elapsed = max(time.monotonic() - self.start, 1e-9)
-        rate = steps / elapsed
-        success_text = "-" if self.success != self.success else f"{self.success:.2f}"
+        elapsed = time.monotonic() - self.start
         if self.bar is not None:
-            self.bar.update(self.task, completed=steps, rate=rate, success=success_text)
+            self.bar.update(self.task, completed=steps, rate=rate_text(self._rate(steps, elapsed), self.unit),
+                            success=self._success_text())
         elif time.monotonic() - self.last_plain >= self.plain_every_s or steps >= self.total:
             self.last_plain = time.monotonic()
-            eta = (self.total - steps) / rate if rate > 0 else float("inf")
-            print(f"{self.unit} {steps:,}/{self.total:,}  {rate:,.1f} {self.unit}/s  eval success {success_text}  "
-                  f"elapsed {elapsed:,.0f}s  eta {eta:,.0f}s", file=sys.stderr, flush=True)
+            print(self.line(steps, elapsed), file=sys.stderr, flush=True)
+
+    def _rate(self, steps: int, elapsed: float) -> float:
+        return max(steps - self.done_at_start, 0) / max(elapsed, 1e-9)
+
+    def _success_text(self) -> str:
+        return "-" if self.success != self.success else f"{self.success:.2f}"
+
+    def line(self, steps: int, elapsed: float) -> str:
+        """The plain progress line at ``steps`` after ``elapsed`` seconds of this process."""
+        rate = self._rate(steps, elapsed)
+        eta = eta_seconds(steps, self.total, rate)
+        return (f"{self.unit} {steps:,}/{self.total:,}  {rate_text(rate, self.unit)}  eval success "
+                f"{self._success_text()}  elapsed {elapsed:,.0f}s  eta {eta:,.0f}s")
 
     def close(self) -> None:
         if self.bar is not None:
