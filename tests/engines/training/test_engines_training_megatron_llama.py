@@ -24,6 +24,7 @@ pytest.importorskip("megatron.core", reason="megatron-core is not installed (the
 pytestmark = pytest.mark.slow
 
 import test_engines_training_data_parallel as dp  # noqa: E402  (this directory is on sys.path, as for a script)
+from tests.tests_helpers import wait_rank_processes  # noqa: E402
 
 # Measured: <= 1.0e-6 on logits up to ~2 in magnitude (float32 rounding of the fused QKV and gate-up matmuls and
 # of the TP partial sums), at TP=1 and TP=2 alike.
@@ -113,7 +114,7 @@ def runs(tmp_path_factory) -> dict:
             rank1.kill()  # not left waiting on a collective this process will never join
             error.add_note(f"TP rank 1's output:\n{rank1.communicate()[0][-3000:]}")
             raise
-        dp.wait_ranks([rank1])
+        wait_rank_processes([rank1])
         tp1 = rank_main(0, 1, stores[1].port, out / "tp1")
     finally:
         torch.set_num_threads(threads)
