@@ -1,0 +1,1 @@
+"""Comparing runs: statistics over seeds as RL papers report them (``statistics.py``)."""
