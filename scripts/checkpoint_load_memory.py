@@ -24,16 +24,9 @@ GIB = 2 ** 30
 
 def policy(layers: int, checkpoint: str | None, lora_rank: int = 32):
     from embodied_rl.models import build_policy
-    from embodied_rl.models.openvla import configuration
+    from largest_model_cpu import cut_language_model  # (scripts/ is on the path of a script run from it)
 
-    full = configuration.full
-
-    def cut():
-        config = full()
-        config.language.layers = layers
-        return config
-
-    configuration.PRESETS["full"] = cut
+    cut_language_model(layers)
     return build_policy("openvla_oft", obs_dim=9, action_dim=7, size="full", action_chunk=8, dtype="bfloat16",
                         lora_rank=lora_rank,
                         obs_shapes={"rgb": [224, 224, 3], "state": [9]}, checkpoint=checkpoint)

@@ -57,16 +57,10 @@ def watch_memory(budget_gib: float) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def one_iteration(features: bool, layers: int, rows: int) -> dict:
-    """Build, act, update once; the peak resident memory and each phase's seconds."""
-    import numpy as np
-    import torch
-
-    from embodied_rl.algorithms.embodied import ALGORITHMS
-    from embodied_rl.algorithms.embodied.ppo import PPOConfig
-    from embodied_rl.models import build_policy
+def cut_language_model(layers: int) -> None:
+    """Make ``policy.size=full`` in this process the published OpenVLA-OFT with ``layers`` of its 32 language-model
+    layers."""
     from embodied_rl.models.openvla import configuration
-    from embodied_rl.workers.micro_batches import minibatch_loss
 
     full = configuration.full
 
@@ -76,6 +70,19 @@ def one_iteration(features: bool, layers: int, rows: int) -> dict:
         return config
 
     configuration.PRESETS["full"] = cut
+
+
+def one_iteration(features: bool, layers: int, rows: int) -> dict:
+    """Build, act, update once; the peak resident memory and each phase's seconds."""
+    import numpy as np
+    import torch
+
+    from embodied_rl.algorithms.embodied import ALGORITHMS
+    from embodied_rl.algorithms.embodied.ppo import PPOConfig
+    from embodied_rl.models import build_policy
+    from embodied_rl.workers.micro_batches import minibatch_loss
+
+    cut_language_model(layers)
     seconds = {}
     start = time.perf_counter()
     policy = build_policy("openvla_oft", obs_dim=9, action_dim=7, size="full", lora_rank=32, action_chunk=8,

@@ -9,11 +9,10 @@ import time
 def rate_text(per_second: float, unit: str) -> str:
     """A rate as people read it: ``12.3 steps/s``, or per minute or hour when slower than one a second or minute
     (an SFT iteration of 40 s is ``1.5 iterations/min``, not ``0.0 iterations/s``)."""
-    for per, scale in (("s", 1.0), ("min", 60.0), ("h", 3600.0)):
-        value = per_second * scale
-        if value >= 1.0 or per == "h":
-            return f"{value:,.1f} {unit}/{per}"
-    return f"0 {unit}/s"  # pragma: no cover - the loop returns at "h"
+    for per, scale in (("s", 1.0), ("min", 60.0)):
+        if per_second * scale >= 1.0:
+            return f"{per_second * scale:,.1f} {unit}/{per}"
+    return f"{per_second * 3600.0:,.1f} {unit}/h"
 
 
 def eta_seconds(done: int, total: int, per_second: float) -> float:

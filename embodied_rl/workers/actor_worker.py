@@ -8,7 +8,7 @@ Sharded (``data_parallel={backend: fsdp, master_address, master_port, ...}``, ``
 ``actor.world_size`` N): N such workers are one actor, the policy's weights, gradients and Adam state sharded over
 them by FSDP2 (one shard group per transformer block of a VLA). Rank 0 alone reads the trajectory channel and hands
 each round's trajectories to the others; every rank then selects and prepares the same samples, draws the same
-minibatches, and computes its slice of each (``sharded_minibatch.py``: the gradient of the whole minibatch).
+minibatches, and computes its slice of each (``micro_batches.py``: the gradient of the whole minibatch).
 ``update``, ``sft_update``, ``get_weights``, ``broadcast_weights``, ``training_state`` and
 ``load_training_state`` are collective: the run calls them on every rank at once; rank 0 returns the metrics, the
 whole model and the checkpoint, the others None where a result is the model's.
@@ -32,8 +32,7 @@ from embodied_rl.runtime.channel import ChannelTimeout
 from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.utils.checkpoint import read_trainer_state
 from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
-from embodied_rl.workers.micro_batches import minibatch_loss
-from embodied_rl.workers.sharded_minibatch import sharded_minibatch_loss
+from embodied_rl.workers.micro_batches import minibatch_loss, rank_passes
 from embodied_rl.workers.trajectory_buffer import concat_obs
 from embodied_rl.workers.weights import as_tensor, load_host_weights, trained_names, weights_template, host_weights
 
@@ -136,10 +135,9 @@ class ActorWorker(Worker):
         return None if state is None else (host_weights(state=state), self.policy_version)
 
     def _full_state(self, only_trained: bool) -> dict | None:
-        """The sharded policy's whole state dict (``only_trained``: its ``trained_names``) on rank 0, else None."""
-        keep = trained_names(self.policy) if only_trained else None
-        state = self.engine.full_state_dict()
-        return None if state is None else {k: v for k, v in state.items() if keep is None or k in keep}
+        """The sharded policy's whole state dict (``only_trained``: just its ``trained_names``, the only entries
+        gathered) on rank 0, else None."""
+        return self.engine.full_state_dict(names=trained_names(self.policy) if only_trained else None)
 
     def broadcast_weights(self, collective: str, only_trained: bool = False) -> int | None:
         """As rank 0 of ``collective``: send the weights (``only_trained``: without frozen ones) and the policy
@@ -287,7 +285,7 @@ class ActorWorker(Worker):
         if n == 0:
             return {"train/gradient_steps": 0, "train/stopped_early": 0.0}
         if self.needs.reference:
-            samples["ref_logp"] = self._reference_logp(samples["obs"], samples["actions"])
+            samples["ref_logp"] = self._reference_logp(samples)
         minibatch = max(1, n // cfg.num_minibatches)
         if getattr(cfg, "off_policy_correction", "behaviour") == "decoupled":
             samples[PROXIMAL_LOGP] = self._proximal_logp(samples, minibatch)
@@ -323,11 +321,8 @@ class ActorWorker(Worker):
         ``micro_batch_size`` rows when set (``workers/micro_batches.py``: the same gradient)."""
         # the scaler's current factor (scale() also starts it on the first step)
         scale = float(self.scaler.scale(torch.ones((), device=self.device))) if self.scaler.is_enabled() else 1.0
-        if self.engine.distributed:
-            return sharded_minibatch_loss(lambda part: self.algorithm.evaluate(self.policy, part),
-                                          self.algorithm.loss, rows, count, self.micro_batch_size, self.engine, scale)
         return minibatch_loss(lambda part: self.algorithm.evaluate(self.policy, part), self.algorithm.loss, rows,
-                              count, self.micro_batch_size, scale)
+                              count, self.micro_batch_size, scale, self.engine)
 
     def _step(self, backward) -> None:
         """Zero the gradients, ``backward()`` (fills them, scaled under fp16), unscale, clip, step (skipped by the
@@ -343,18 +338,29 @@ class ActorWorker(Worker):
     def _proximal_logp(self, samples: dict, chunk: int) -> torch.Tensor:
         """Decoupled PPO's proximal policy, the weights as this update starts: log-probs of the samples' actions
         ``[n]`` (with token ratios ``[n, M]``), in chunks of ``chunk`` rows."""
-        parts = []
-        for start in range(0, len(samples["old_logp"]), chunk):
-            outputs = self.algorithm.evaluate(self.policy, select_rows(samples, slice(start, start + chunk)))
-            parts.append(outputs.get("token_logp", outputs["logp"]).detach())
-        return torch.cat(parts)
+        def proximal(rows: dict) -> torch.Tensor:
+            outputs = self.algorithm.evaluate(self.policy, rows)
+            return outputs.get("token_logp", outputs["logp"])
 
-    @torch.no_grad()
-    def _reference_logp(self, obs, actions) -> torch.Tensor:
+        return self._per_row(samples, proximal, chunk)
+
+    def _reference_logp(self, samples: dict) -> torch.Tensor:
+        """Log-probs ``[n]`` of the samples' actions under the reference policy."""
         if self.reference is None:  # the policy as it was before its first RL update (e.g. the SFT result)
             self.reference = self.engine.frozen_copy()
-        logp, _, _ = self.reference.evaluate(obs, actions)
-        return logp
+        return self._per_row(samples, lambda rows: self.reference.evaluate(rows["obs"], rows["actions"])[0])
+
+    @torch.no_grad()
+    def _per_row(self, samples: dict, outputs, chunk: int | None = None) -> torch.Tensor:
+        """``outputs(rows) -> [n, ...]`` of every sample, without gradients, in passes of at most ``chunk`` rows;
+        sharded, each rank computes its slice (the same number of passes on every rank) and they are gathered."""
+        n = len(samples["old_logp"])
+        counts = self.engine.row_counts(n)
+        parts = []
+        for part in rank_passes(n, counts, self.engine.rank, chunk):
+            rows = select_rows(samples, part if part.stop > part.start else slice(0, 1))  # an empty pass: 1 row
+            parts.append(outputs(rows)[:part.stop - part.start].detach())
+        return self.engine.all_gather_rows(torch.cat(parts), counts)
 
     def load_demo_transitions(self, arrays: dict) -> int:
         """Demonstration transitions for an off-policy learner that mixes them into its batches (RLPD): arrays of

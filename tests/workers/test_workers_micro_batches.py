@@ -10,7 +10,7 @@ from embodied_rl.algorithms.embodied.grpo import EPISODE, GroupConfig
 from embodied_rl.algorithms.embodied.ppo import PPOConfig
 from embodied_rl.algorithms.embodied.sft import SFTConfig
 from embodied_rl.models import build_policy
-from embodied_rl.workers.micro_batches import micro_slices, minibatch_loss
+from embodied_rl.workers.micro_batches import minibatch_loss, rank_passes
 from tests.models.openvla.openvla_helpers import make_obs, make_policy
 
 N = 10
@@ -52,9 +52,9 @@ def _assert_same(whole, micro):
         torch.testing.assert_close(grads_m[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_micro_slices_cover_the_rows_in_order():
-    assert micro_slices(10, 4) == [slice(0, 4), slice(4, 8), slice(8, 10)]
-    assert micro_slices(10, None) == [slice(0, 10)]
+def test_passes_cover_the_rows_in_order_as_evenly_as_they_come():
+    assert rank_passes(10, [10], 0, 4) == [slice(0, 4), slice(4, 7), slice(7, 10)]
+    assert rank_passes(10, [10], 0, None) == [slice(0, 10)]
 
 
 @pytest.mark.parametrize("name, config", [

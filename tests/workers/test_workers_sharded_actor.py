@@ -113,6 +113,10 @@ def train(parallel: dict | None) -> tuple[dict | None, list[dict]]:
     state = shared(grpo.training_state())
     metrics.append(update(grpo, 4, weights))
     final = grpo.get_weights()
+    adapters = grpo.get_weights(only_trained=True)  # a later sync: only the trained entries are gathered
+    if rank == 0:
+        assert 0 < len(adapters[0]) < len(final[0]) and any("lora_" in k for k in adapters[0])
+        assert all(torch.equal(v, final[0][k]) for k, v in adapters[0].items())
 
     resumed = worker(grpo_config)
     resumed.load_training_state(state["weights"], state["trainer_state"])
@@ -162,7 +166,7 @@ def test_two_fsdp_ranks_train_a_vla_like_one_process_and_resume_exactly(runs):
 
 
 def test_rank_passes_are_as_many_on_every_rank_and_cover_each_slice():
-    from embodied_rl.workers.sharded_minibatch import rank_passes
+    from embodied_rl.workers.micro_batches import rank_passes
 
     counts = [4, 3]
     assert rank_passes(7, counts, 0, 3) == [slice(0, 2), slice(2, 4)]

@@ -204,11 +204,24 @@ class DataParallelEngine:
             raise ValueError(f"{what} differs across data-parallel ranks (from {low} to {high}); every rank must "
                              f"be given the same")
 
-    def full_state_dict(self, module: torch.nn.Module | None = None) -> dict[str, torch.Tensor] | None:
+    def full_state_dict(self, module: torch.nn.Module | None = None,
+                        names: set[str] | None = None) -> dict[str, torch.Tensor] | None:
         """The whole model's state dict on rank 0 (the live tensors under single/DDP, CPU copies under FSDP), None
         on the others. Same keys as the unwrapped model's ``state_dict()``. ``module``: another module wrapped
-        like the model (a ``frozen_copy``) instead of the model."""
+        like the model (a ``frozen_copy``) instead of the model. ``names``: only these entries (under FSDP only
+        they are gathered: a sync of LoRA adapters does not move the frozen base)."""
         module = self.model if module is None else module
+        if names is not None:
+            state = module.state_dict()
+            if self.backend != "fsdp":
+                return {k: v for k, v in state.items() if k in names} if self.rank == 0 else None
+            gathered = {}
+            for name, value in state.items():  # the same order on every rank: one all-gather per sharded entry
+                if name in names:
+                    value = value.full_tensor() if hasattr(value, "full_tensor") else value
+                    if self.rank == 0:
+                        gathered[name] = value.detach().cpu()
+            return gathered if self.rank == 0 else None
         if self.backend == "fsdp":
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -234,7 +247,9 @@ class DataParallelEngine:
         if self.backend == "fsdp":
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-            set_optimizer_state_dict(self.model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+            # strict=False: a parameter no loss has reached yet (GRPO's unused critic) has no Adam state to load
+            set_optimizer_state_dict(self.model, optimizer, state,
+                                     options=StateDictOptions(full_state_dict=True, strict=False))
         else:
             optimizer.load_state_dict(state)
 
