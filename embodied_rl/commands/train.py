@@ -150,11 +150,21 @@ def _run_one(config: TrainConfig, directory: Path, resume: bool) -> dict:
     checkpoint = _resume_from(directory) if resume else None
     config.run_dir = str(directory)
     runner = EmbodiedRunner(config, directory, checkpoint)
-    started = time.perf_counter()
-    final_eval = runner.run()
-    return {"run_dir": str(directory), "env_steps": runner.env_steps, "iterations": runner.iteration,
-            "wall_s": round(time.perf_counter() - started, 1), "best_success_once": runner.best_score,
-            **final_eval}
+    runner.run()
+    return dict(runner.summary)
+
+
+def _group_stage(config: TrainConfig, directory: Path, stage: str) -> None:
+    """A stage's trackers read as part of one experiment: its group (default: the staged run's directory name),
+    its name ``<run>/<stage>``, and its MLflow store the staged run's own ``mlruns/`` (the group's parent run
+    beside the stages' runs)."""
+    from embodied_rl.utils.loggers.mlflow_tracker import MLRUNS_DIR
+
+    section = config.logging
+    section.group = section.group or directory.name
+    section.run_name = f"{section.run_name or directory.name}/{stage}"
+    if section.mlflow_tracking_uri is None:
+        section.mlflow_tracking_uri = str(directory / MLRUNS_DIR)
 
 
 def _run_stages(stages: list, directory: Path, resume: bool) -> dict:
@@ -169,6 +179,7 @@ def _run_stages(stages: list, directory: Path, resume: bool) -> dict:
             print(f"stage {stage.name}: finished earlier", flush=True)
         else:
             config = stage.config
+            _group_stage(config, directory, stage.name)
             if config.init_from is None and previous is not None:
                 best = list_checkpoints(previous / BEST_CHECKPOINT_DIR)
                 config.init_from = str(best[-1] if best else previous)

@@ -96,11 +96,9 @@ def run_reasoning_train(task: str, config_file: str | None, overrides: list[str]
     config.run_dir = str(directory)
     write_text_atomic(directory / "config.yaml", reasoning_yaml(config))
     print(f"run directory: {directory}", flush=True)
-    started = time.perf_counter()
     runner = Runner(config, directory, checkpoint) if checkpoint else Runner(config, directory)
-    evaluations = runner.run()
-    summary = {"run_dir": str(directory), "iterations": runner.iteration, "responses": runner.responses,
-               "wall_s": round(time.perf_counter() - started, 1), **evaluations}
+    runner.run()
+    summary = dict(runner.summary)
     write_text_atomic(directory / SUMMARY_FILE, json.dumps(summary, indent=2))
     print(json.dumps(summary), flush=True)
     return 0

@@ -17,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from embodied_rl.algorithms.text_rl import TextRLConfig
 from embodied_rl.config.dotlist import parse_overrides
 from embodied_rl.config.errors import ConfigError
+from embodied_rl.config.logging_section import LoggingConfig, validate_logging
 from embodied_rl.config.schema import FaultConfig, PlacementConfig
 from embodied_rl.engines.quantization import QUANTIZATIONS
 from embodied_rl.models.causal_lm.chat import PROMPT_FORMATS
@@ -192,6 +193,8 @@ class ReasoningConfig:
     ``start_timeout_s`` every worker's construction."""
     torch_threads: int = 2
     """Threads of the trainer and of each generation worker."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Trackers beside metrics.jsonl, as for embodied runs (``embodied_rl/config/logging_section.py``)."""
 
 
 WEIGHT_SYNCS = ("auto", "broadcast", "object_store")
@@ -269,6 +272,7 @@ def _require(condition: bool, key: str, value, allowed: str) -> None:
 
 
 def validate_reasoning(c: ReasoningConfig) -> None:
+    validate_logging(c.logging)
     _require(not c.placement.nodes, "placement.nodes", dict(c.placement.nodes), "{} for a text run (it runs its "
              "workers where Ray places them; placement.components chooses their slots)")
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from embodied_rl.config.errors import ConfigError
+from embodied_rl.config.logging_section import LoggingConfig, validate_logging
 
 
 def _default_algorithm():
@@ -227,6 +228,9 @@ class TrainConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Trackers beside metrics.jsonl: ``logging.backends`` (tensorboard, wandb, swanlab, mlflow), offline by default
+    (``embodied_rl/config/logging_section.py``)."""
     stages: List[Any] = field(default_factory=list)
     """A staged recipe: runs one after another, each a mapping of config keys over this config (e.g.
     ``{name: sft, algorithm: {name: sft}}`` then ``{name: rl, algorithm: {name: grpo}, total_env_steps: 200000}``),
@@ -296,6 +300,7 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
     _require(c.placement.actor_threads is None or c.placement.actor_threads >= 1, "placement.actor_threads",
              c.placement.actor_threads, "null or an integer >= 1")
+    validate_logging(c.logging)
     placement = resolve_placement(c)
     _validate_sharded_actor(c, placement)
     _validate_autoscale(c)

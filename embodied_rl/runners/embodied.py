@@ -60,6 +60,7 @@ class EmbodiedRunner:
         self.reached_success = False  # an evaluation reached eval.stop_at_success: the run ended there
         self._pool = None  # overlapped sampling's driver thread
         self._episodes, self._rounds, self._start_steps = [], 0, 0
+        self.summary: dict = {}  # the finished run's summary (summary.json)
 
     def steps_per_iteration(self) -> int:
         """Env steps of one sampling round."""
@@ -76,7 +77,9 @@ class EmbodiedRunner:
         return -(-a.gradient_steps // a.steps_per_iteration)
 
     def run(self) -> dict:
+        """Train to the end of the budget; the final evaluation's metrics (``self.summary``: the run's summary)."""
         c = self.config
+        started, ended = time.perf_counter(), "failed"
         sweep_checkpoint_leftovers(self.run_dir, ("checkpoints", BEST_CHECKPOINT_DIR))
         with Cluster(c.cluster.address, c.cluster.num_cpus) as cluster:
             if self.resume is not None:
@@ -92,7 +95,7 @@ class EmbodiedRunner:
             lock = DeviceLock.create(cluster.session_id)
             turns = PhaseTurns(workers, lock, offload=c.placement.offload == "auto", weight_sync=c.rollout.weight_sync)
             print(f"{workers.placement.describe()}; {turns.describe()}", file=sys.stderr, flush=True)
-            log = MetricsLog(self.run_dir, self.env_steps if self.resume is not None else None)
+            log = self._metrics_log()
             progress = (TrainingProgress(self.total_iterations(), f"{c.task} sft", unit="iterations",
                                          done=self.iteration)
                         if self.supervised else TrainingProgress(c.total_env_steps, c.task, done=self.env_steps))
@@ -121,12 +124,15 @@ class EmbodiedRunner:
                     loop.run()
                     self.reached_success = loop.stopped
                 except KeyboardInterrupt:  # Ctrl-C or SIGTERM (cluster.install_interrupt_handler)
+                    ended = "killed"
                     self._checkpoint_on_interrupt(workers, turns)
                     raise
                 except Exception as error:  # a failure on the driver's side (a lost worker, a timeout, ...)
                     self._checkpoint_on_interrupt(workers, turns, failure=error)
                     raise
                 turns.close()
+                self.summary = self._summary(started)
+                ended = "finished"
             finally:
                 if self._pool is not None:
                     self._pool.shutdown(wait=False, cancel_futures=True)
@@ -137,9 +143,22 @@ class EmbodiedRunner:
                     self.turns = []
                 lock.close()
                 progress.close()
-                log.close()
+                log.close(self.summary if ended == "finished" else None, ended)
                 workers.shutdown()
         return self.last_eval
+
+    def _metrics_log(self) -> MetricsLog:
+        """The run's log: ``metrics.jsonl`` and the trackers of ``logging``, stepped by env steps (an SFT stage, whose
+        env steps stay 0: by iteration), trimmed to the resumed checkpoint."""
+        step_key, at = ("train/iteration", self.iteration) if self.supervised else ("env_steps", self.env_steps)
+        return MetricsLog(self.run_dir, at if self.resume is not None else None, self.config.logging,
+                          to_yaml(self.config), step_key)
+
+    def _summary(self, started: float) -> dict:
+        """What ``summary.json`` holds of this run (also its trackers' summary)."""
+        return {"run_dir": str(self.run_dir), "env_steps": self.env_steps, "iterations": self.iteration,
+                "wall_s": round(time.perf_counter() - started, 1), "best_success_once": self.best_score,
+                **self.last_eval}
 
     def _resumable_env_state(self) -> list | None:
         """The resumed checkpoint's env worker snapshots, if they fit this run's env layout (a resume that changes
@@ -253,7 +272,9 @@ class EmbodiedRunner:
         with self.phases.sampling("evaluate"):
             self.last_eval = evaluate_policy(self.workers, self.config.eval)
             self.last_eval["time/eval_s"] = time.perf_counter() - started
-            video = record_eval_video(self.workers, self.config.eval, self.run_dir, self.iteration, final)
+            video, path = record_eval_video(self.workers, self.config.eval, self.run_dir, self.iteration, final)
+        if path is not None:
+            self.log.log_video(path, self.env_steps, self.iteration if self.supervised else None)
         return {**self.last_eval, **video}
 
     def score(self, evaluation: dict) -> float | None:

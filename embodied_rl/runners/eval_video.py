@@ -51,9 +51,10 @@ def eval_video_path(directory: str | Path, iteration: int) -> Path:
     return Path(directory) / VIDEOS_DIR / f"eval_iter_{iteration:06d}.mp4"
 
 
-def record_eval_video(workers, eval_config, run_dir: Path, iteration: int, finished: bool) -> dict:
-    """During a training run's evaluation (in its sampling turn): film when due. Metrics: ``time/video_s``."""
+def record_eval_video(workers, eval_config, run_dir: Path, iteration: int, finished: bool) -> tuple[dict, Path | None]:
+    """During a training run's evaluation (in its sampling turn): film when due. Its metrics (``time/video_s``)
+    and the video's path (None when not due)."""
     if not video_due(eval_config, iteration, finished):
-        return {}
+        return {}, None
     video = record_video(workers, eval_config.video_episodes, eval_video_path(run_dir, iteration))
-    return {"time/video_s": video["seconds"]}
+    return {"time/video_s": video["seconds"]}, Path(video["path"])

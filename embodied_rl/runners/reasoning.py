@@ -55,9 +55,12 @@ class ReasoningRunner:
         self.responses = int(resume.counters["env_steps"]) if resume else 0  # one response is one env step
         self.evaluations: dict[str, float] = dict(resume.counters.get("eval", {})) if resume else {}
         self.workers: TextWorkers | None = None
+        self.summary: dict = {}  # the finished run's summary (summary.json)
 
     def run(self) -> dict:
+        """Evaluate, SFT, then RL to ``rl.iterations``; the evaluations (``self.summary``: the run's summary)."""
         c = self.config
+        started = time.perf_counter()
         with Cluster(c.cluster.address, None):
             share = 0.2
             model = {"name": c.model.name, "seed": c.model.seed, "prompt_format": c.model.prompt_format,
@@ -89,7 +92,8 @@ class ReasoningRunner:
                                 torch_threads=c.torch_threads, **slots("actor"))
             self.env, self.actor = env.workers[0], actor
             self.workers = TextWorkers(c, self.env, generation, actor)
-            log = MetricsLog(self.run_dir, self.responses if self.resume else None)
+            log = MetricsLog(self.run_dir, self.responses if self.resume else None, c.logging, reasoning_yaml(c))
+            ended = "failed"
             try:
                 self.workers.form_weight_sync()
                 if self.resume:
@@ -103,8 +107,15 @@ class ReasoningRunner:
                 TrainingLoop(self, Schedule(c.eval.every_iterations, c.checkpoint.every_iterations)).run()
                 if self.iteration == done:  # no RL iteration left (rl.iterations=0): the model as SFT left it
                     self._save(final=True)
+                self.summary = {"run_dir": str(self.run_dir), "iterations": self.iteration,
+                                "responses": self.responses, "wall_s": round(time.perf_counter() - started, 1),
+                                **self.evaluations}
+                ended = "finished"
+            except KeyboardInterrupt:
+                ended = "killed"
+                raise
             finally:
-                log.close()
+                log.close(self.summary if ended == "finished" else None, ended)
                 for group in (env, generation, actor):
                     group.kill()
         return self.evaluations
