@@ -79,7 +79,9 @@ def wandb_history(run_dir: Path) -> list[dict]:
             continue
         row = {}
         for item in record.history.item:
-            key = item.key or "/".join(item.nested_key)
+            if len(item.nested_key) > 1:  # a field of a media value (a video's size, path, ...)
+                continue
+            key = item.key or item.nested_key[0]
             value = json.loads(item.value_json)
             if not key.startswith("_") and isinstance(value, (int, float)):
                 row[key] = value
