@@ -37,3 +37,25 @@ def test_a_training_runs_scalars_in_wandb_and_mlflow_equal_metrics_jsonl(cluster
     assert stored["summary"]["summary/eval/success_once"] == runner.summary["eval/success_once"]
     config_keys = {item.key for item in stored["run"].config.update}
     assert {"task", "algorithm", "policy", "env", "logging"} <= config_keys
+
+
+@pytest.mark.slow
+def test_a_text_runs_rows_sharing_step_0_stay_apart_in_wandb_and_mlflow(tmp_path):
+    """math_arith logs its start and SFT evaluations both at 0 responses: W&B keeps them as two rows (its own step
+    counts rows; env_steps is the x axis), MLflow as two values at step 0."""
+    from conftest import run_cli
+
+    run_dir = tmp_path / "run"
+    small = ["env.count=200", "env.heldout_count=20", "sft.steps=5", "sft.batch_size=16", "rl.iterations=1",
+             "rl.prompts_per_iteration=4", "algorithm.group_size=4", "eval.num_problems=4",
+             "rollout.max_new_tokens=4", "torch_threads=1", "logging.backends=[wandb,mlflow]"]
+    result = run_cli("train", "--task", "math_arith", "--run-dir", str(run_dir), *small, cwd=tmp_path,
+                     env={"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = readback.metrics_rows(run_dir)
+    assert [r["env_steps"] for r in rows[:2]] == [0, 0] and len(rows) == 3
+    assert readback.compare_wandb(run_dir)["problems"] == [] and readback.compare_wandb(run_dir)["rows"] == 3
+    mlflow = readback.compare_mlflow(run_dir)
+    assert mlflow["problems"] == [] and mlflow["max_abs_difference"] == 0.0
+    assert readback.mlflow_history(run_dir)["time/eval_s"][0][0] == readback.mlflow_history(run_dir)["time/eval_s"][1][0] == 0
+    assert not (run_dir / "tensorboard").exists()  # only the backends asked for
