@@ -167,6 +167,9 @@ def _read_config(path: Path) -> dict:
 
 
 def _stage_dirs(path: Path) -> list[Path]:
+    """A staged run's stage directories, in order; none unless ``path`` has the run's ``config.yaml``."""
+    if not (path / "config.yaml").is_file():
+        return []
     found = [(int(m.group(1)), child) for child in path.iterdir()
              if child.is_dir() and (m := _STAGE_DIR.match(child.name)) and (child / METRICS_FILE).is_file()]
     return [child for _, child in sorted(found)]

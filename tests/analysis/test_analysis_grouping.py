@@ -18,9 +18,11 @@ def test_seeds_of_one_config_are_one_setting_labelled_by_what_differs():
     assert config_differences(runs) == {"algorithm.name": ["grpo", "ppo", "grpo", "ppo"]}
 
 
-def test_names_lead_the_label_and_group_by_overrides():
-    runs = [_run("a", 0, "grpo", 1e-3), _run("b", 0, "ppo", 3e-4)]
-    assert group_runs(runs)[0].label == "name=grpo, lr=0.001"
-    same = group_runs(runs, group_by=["task"])
+def test_names_lead_the_label_a_redundant_key_is_left_out_and_group_by_overrides():
+    runs = [_run("a", 0, "grpo", 1e-3), _run("b", 0, "ppo", 1e-3), _run("c", 0, "grpo", 3e-4)]
+    assert [s.label for s in group_runs(runs)] == ["name=grpo, lr=0.001", "name=ppo, lr=0.001", "name=grpo, lr=0.0003"]
+    # lr splits these runs exactly as the algorithm does: the label names the algorithm only
+    assert [s.label for s in group_runs(runs[:2])] == ["name=grpo", "name=ppo"]
+    same = group_runs(runs[:2], group_by=["task"])
     assert len(same) == 1 and same[0].label == "task=maniskill_pickcube"
     assert group_runs([_run("a", 0, "grpo"), _run("b", 1, "grpo")])[0].label == "all runs"
