@@ -113,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(repeatable; default: every key that differs, less seed and paths)")
     report.add_argument("--video-mb", type=float, default=20.0, help="megabytes of videos embedded in the page; "
                         "later ones are linked (default 20)")
+    report.add_argument("--score", metavar="KEY", help="the final table's score (default eval/success_once; "
+                        "eval/heldout_accuracy for text tasks)")
     report.add_argument("--screenshot", action="store_true", help="also save report.png as headless Chromium "
                         "draws the page")
 
@@ -216,7 +218,7 @@ def _report(args) -> int:
     from embodied_rl.commands.report import run_report
 
     return run_report(args.run_dirs, args.out, args.title, args.metric, args.group_by, args.video_mb,
-                      args.screenshot)
+                      args.screenshot, args.score)
 
 
 def _sweep(args) -> int:

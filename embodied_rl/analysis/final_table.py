@@ -10,19 +10,29 @@ import numpy as np
 
 from embodied_rl.analysis.grouping import Setting
 from embodied_rl.analysis.runs import RETURN_KEY, SUCCESS_KEY, Run
+
+HELDOUT_KEY = "eval/heldout_accuracy"
 from embodied_rl.analysis.statistics import bootstrap_interval, interquartile_mean
 
 
-def run_row(run: Run) -> dict:
-    """One run's final figures (None where it logged none)."""
-    final = run.final_evaluation()
+def default_score_key(runs: list[Run]) -> str:
+    """``eval/success_once`` where some run logged it, else a text task's ``eval/heldout_accuracy`` if some did."""
+    for key in (SUCCESS_KEY, HELDOUT_KEY):
+        if any(run.final(key) is not None for run in runs):
+            return key
+    return SUCCESS_KEY
+
+
+def run_row(run: Run, score_key: str = SUCCESS_KEY) -> dict:
+    """One run's final figures (None where it logged none); ``success`` is the last ``score_key``."""
+    final = run.final_evaluation(score_key)
     steps_per_s = run.env_steps_per_s()
     return {
         "run": run.name, "path": str(run.path), "seed": run.seed,
-        "success": final.get(SUCCESS_KEY), "return": final.get(RETURN_KEY),
+        "success": final.get(score_key), "return": final.get(RETURN_KEY),
         "success_at_end": final.get("eval/success_at_end"),
         "eval_episodes": final.get("eval/episodes"), "eval_state_seed": final.get("eval/state_seed"),
-        "best_success": max(run.curve(SUCCESS_KEY)[1], default=None),
+        "best_success": max(run.curve(score_key)[1], default=None),
         "env_steps": run.env_steps, "wall_s": run.wall_s, "env_steps_per_s": steps_per_s,
         "time_limit": _time_limit(run),
     }
@@ -63,11 +73,11 @@ def setting_row(setting: Setting, rows: list[dict], seed: int = 0) -> dict:
     return row
 
 
-def final_table(settings: list[Setting]) -> tuple[list[dict], list[dict]]:
+def final_table(settings: list[Setting], score_key: str = SUCCESS_KEY) -> tuple[list[dict], list[dict]]:
     """``(setting rows, run rows)``; run rows carry their setting's label."""
     setting_rows, run_rows = [], []
     for setting in settings:
-        rows = [{"setting": setting.label, **run_row(run)} for run in setting.runs]
+        rows = [{"setting": setting.label, **run_row(run, score_key)} for run in setting.runs]
         run_rows.extend(rows)
         setting_rows.append(setting_row(setting, rows))
     return setting_rows, run_rows

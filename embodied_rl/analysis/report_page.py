@@ -92,7 +92,7 @@ def _videos(videos: list[tuple[str, Path]], out_dir: Path, budget_bytes: int) ->
 
 def render_page(title: str, figures: list[tuple[str, bytes]], setting_rows: list[dict], run_rows: list[dict],
                 differences: dict[str, list], run_names: list[str], videos: list[tuple[str, Path]],
-                out_dir: Path, video_budget_bytes: int, note: str) -> str:
+                out_dir: Path, video_budget_bytes: int, note: str, score_key: str = "eval/success_once") -> str:
     """The page's HTML. ``figures``: ``(caption, png bytes)``; ``videos``: ``(run name, mp4 path)``."""
     images = "".join(f"<img alt='{html.escape(caption)}' title='{html.escape(caption)}' "
                      f"src='data:image/png;base64,{base64.b64encode(png).decode()}'>" for caption, png in figures)
@@ -103,7 +103,7 @@ def render_page(title: str, figures: list[tuple[str, bytes]], setting_rows: list
 <p class="note">{html.escape(note)}</p>
 <h2>Final evaluation on the fixed state set</h2>
 {_settings_table(setting_rows)}
-<p class="note">Success: eval/success_once of each run's last evaluation (metrics.jsonl). IQM: interquartile mean
+<p class="note">Success: {html.escape(score_key)} of each run's last evaluation (metrics.jsonl). IQM: interquartile mean
 over seeds (the plain mean below 4 seeds); CI: 95% percentile bootstrap over seeds (2,000 resamples, seed 0).
 Env steps/s: env steps over the wall time of the stages that stepped envs.</p>
 <h2>Curves</h2>

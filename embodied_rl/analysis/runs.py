@@ -95,11 +95,11 @@ class Run:
                     return float(row[key])
         return None
 
-    def final_evaluation(self) -> dict:
-        """The last row holding ``eval/success_once`` (the final evaluation on the fixed state set), or {}."""
+    def final_evaluation(self, score_key: str = SUCCESS_KEY) -> dict:
+        """The last row holding ``score_key`` (the final evaluation on the fixed state set), or {}."""
         for stage in reversed(self.stages):
             for row in reversed(stage.rows):
-                if SUCCESS_KEY in row:
+                if score_key in row:
                     return row
         return {}
 

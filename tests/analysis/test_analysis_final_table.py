@@ -32,3 +32,14 @@ def test_iqm_interval_and_per_run_rows(tmp_path):
     assert ppo["runs"] == 1 and ppo["success_ci"] == [0.2, 0.2]
     assert [row["success"] for row in rows] == [0.9, 0.1, 0.6, 0.5, 0.2]
     assert [row["best_success"] for row in rows] == [0.9, 0.1, 0.6, 0.5, 0.2]
+
+
+def test_text_runs_are_scored_by_heldout_accuracy(tmp_path):
+    from embodied_rl.analysis.final_table import default_score_key
+
+    rows = [{"env_steps": 64, "eval/heldout_accuracy": 0.25}, {"env_steps": 128, "eval/heldout_accuracy": 0.5}]
+    runs = [load_run(write_run(tmp_path / f"t{s}", {"seed": s}, [("train", rows, {})])) for s in range(2)]
+    assert default_score_key(runs) == "eval/heldout_accuracy"
+    settings, run_rows = final_table(group_runs(runs), "eval/heldout_accuracy")
+    assert [row["success"] for row in run_rows] == [0.5, 0.5] and settings[0]["success_iqm"] == 0.5
+    assert final_table(group_runs(runs))[1][0]["success"] is None  # no eval/success_once in these rows

@@ -69,7 +69,7 @@ def test_the_page_in_a_headless_browser_shows_both_settings_curves(tmp_path):
     _runs(tmp_path / "runs", seeds=3)
     result = run_cli("report", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--screenshot", timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "name=grpo: 3 run(s), final success IQM 0.850" in result.stdout
+    assert "name=grpo: 3 run(s), final eval/success_once IQM 0.850" in result.stdout
     image = imageio.imread(tmp_path / "out" / "report.png")[..., :3].astype(int)
     assert image.shape[1] == 1400 and image.std() > 10  # drawn, not blank
     for hex_colour in COLOURS[:2]:  # each setting's curves, drawn in its colour
