@@ -91,12 +91,12 @@ def run_sweep(task: str, config_file: str | None, overrides: list[str], grid: li
             grace = grace_env_steps or max(total_steps // 4, 1)
             scheduler = ASHAScheduler(time_attr="env_steps", max_t=max(total_steps, grace), grace_period=grace,
                                       reduction_factor=2)
-        param_space = space.tune_space()
-        param_space["sweep"] = {"task": task, "config_file": str(Path(config_file).resolve()) if config_file else None,
-                                "overrides": list(overrides), "out_dir": str(out_dir),
-                                "cpus": resources["cpu"] if "gpu" not in resources else None}
+        sweep = {"task": task, "config_file": str(Path(config_file).resolve()) if config_file else None,
+                 "overrides": list(overrides), "out_dir": str(out_dir),
+                 "cpus": resources["cpu"] if "gpu" not in resources else None}
         tuner = tune.Tuner(
-            tune.with_resources(run_trial, resources), param_space=param_space,
+            tune.with_resources(tune.with_parameters(run_trial, sweep=sweep), resources),
+            param_space=space.tune_space(),
             tune_config=tune.TuneConfig(metric="success", mode="max", scheduler=scheduler, num_samples=samples,
                                         max_concurrent_trials=max_concurrent),
             run_config=tune.RunConfig(name="tune", storage_path=str(out_dir), verbose=1,

@@ -70,12 +70,11 @@ class MetricsTail:
         return reports
 
 
-def run_trial(config: dict) -> None:
-    """Tune's function trainable. ``config``: ``overrides`` (sampled key -> value), ``seed``, and the sweep's
-    fixed ``sweep`` dict (task, config_file, base overrides, out_dir, cpus)."""
+def run_trial(config: dict, sweep: dict) -> None:
+    """Tune's function trainable. ``config``: the trial's point, ``overrides`` (key -> value) and ``seed``;
+    ``sweep``: what every trial shares (task, config_file, base overrides, out_dir, cpus)."""
     from ray import tune
 
-    sweep = config["sweep"]
     index = int(tune.get_context().get_trial_id().rsplit("_", 1)[-1])
     name = trial_name(index, config["overrides"], config["seed"])
     out_dir = Path(sweep["out_dir"])
