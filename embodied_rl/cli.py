@@ -74,10 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     demos = commands.add_parser("demos", help="make demonstrations (ManiSkill trajectory .h5 + .json), cached")
     demos.add_argument("--task", required=True, help="a registered task (see `embodied-rl tasks`)")
     demos.add_argument("--episodes", type=int, required=True, help="demonstrations to write")
-    demos.add_argument("--source", nargs="+", metavar="SOURCE", default=["motion_planning"],
-                       help="motion_planning (ManiSkill's planner, default) or checkpoint PATH (a trained policy)")
+    demos.add_argument("--source", nargs="+", metavar="SOURCE", default=None,
+                       help="the task family's default when left out: motion_planning (ManiSkill's planner) or "
+                       "scripted (MetaWorld's scripted policies); or checkpoint PATH (a trained policy)")
     demos.add_argument("--obs", default="state", help="observations to record: state, rgb or state,rgb")
-    demos.add_argument("--control-mode", help="controller of the actions (default pd_joint_delta_pos; "
+    demos.add_argument("--control-mode", help="controller of the actions (default the family's: pd_joint_delta_pos, "
+                       "MetaWorld's ee_delta_pos; "
                        "a checkpoint's own mode for --source checkpoint)")
     demos.add_argument("--out", help="cache root (default ~/.cache/embodied-rl/demos); demos go to "
                        "OUT/<task>/<source>-<control_mode>-<obs>-<N>-seed<S>/")
