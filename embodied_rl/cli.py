@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure throughput")
     benches = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
-    env_bench = benches.add_parser("env", help="runtime env loop vs ManiSkill's plain AsyncVectorEnv loop")
+    env_bench = benches.add_parser("env", help="runtime env loop vs the task family's Gymnasium "
+                                 "vector env loop (AsyncVectorEnv; MetaWorld also SyncVectorEnv)")
     _add_loop_arguments(env_bench, env_workers=4, envs_per_worker=1, steps=400)
     placement_bench = benches.add_parser("placement", help="sampling throughput of the placement modes")
     # 4 repeats: on a shared 2-core machine single measurements of one mode ranged 123-193 env steps/s.
