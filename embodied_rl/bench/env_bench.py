@@ -57,11 +57,15 @@ def baselines_of(task: str) -> list[str]:
     from sim_envs.families import get_family
 
     try:
-        family = get_family(sim_envs.get_task(task).simulator)
+        entry = sim_envs.get_task(task)
+        family = get_family(entry.simulator)
     except sim_envs.TaskConfigError as error:
-        raise ConfigError(str(error)) from None
-    if not family.reference_vector_envs:
-        raise ConfigError(f"task {task!r} ({family.name}) has no Gymnasium vector env to measure against")
+        if "unknown task" in str(error):
+            raise ConfigError(str(error)) from None
+        family = None
+    if family is None or not family.reference_vector_envs:
+        raise ConfigError(f"--task {task} ({entry.simulator or 'no simulator'}) has no Gymnasium vector env to "
+                          "measure against; allowed: a simulator task (maniskill_*, metaworld_*)")
     return list(family.reference_vector_envs)
 
 
@@ -109,13 +113,13 @@ def run_env_bench(task: str, env_workers: int, envs_per_worker: int, steps: int,
     from embodied_rl.runtime import Cluster
 
     require_at_least_one(env_workers=env_workers, envs_per_worker=envs_per_worker, steps=steps, repeats=repeats)
+    baselines = baselines_of(task)
     config = load_train_config(task, None, [f"env.num_workers={env_workers}",
                                             f"env.envs_per_worker={envs_per_worker}"])
     from embodied_rl.commands.preflight import check_task_starts
 
     check_task_starts(config)
     num_envs = env_workers * envs_per_worker
-    baselines = baselines_of(task)
     runtime_rates, baseline_rates = [], {name: [] for name in baselines}
     with Cluster(config.cluster.address, config.cluster.num_cpus) as cluster:
         loop = RuntimeLoop(config, cluster)
