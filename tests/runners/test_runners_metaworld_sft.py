@@ -14,8 +14,8 @@ from embodied_rl.runners.embodied import EmbodiedRunner
 def test_sft_on_scripted_reach_demos_makes_the_policy_reach_the_goal(cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # demos generated here, not found in a cache
     _, stages = load_stages("metaworld_reach", None, [
-        "env.num_workers=1", "env.envs_per_worker=8", "stages.0.algorithm.demo_episodes=30",
-        "stages.0.algorithm.gradient_steps=600", "stages.0.algorithm.steps_per_iteration=300",
+        "env.num_workers=1", "env.envs_per_worker=8", "stages.0.algorithm.demo_episodes=20",
+        "stages.0.algorithm.gradient_steps=400", "stages.0.algorithm.steps_per_iteration=200",
         "eval.num_episodes=16", "eval.max_episode_steps=150", "eval.sampled=false", "seed=0"])
     sft = stages[0].config
     assert sft.algorithm.name == "sft" and sft.algorithm.demo_source == "scripted"
