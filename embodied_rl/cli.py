@@ -1,4 +1,4 @@
-"""``embodied-rl train|eval|scale|demos|tasks|bench|doctor``.
+"""``embodied-rl train|eval|scale|demos|report|sweep|tasks|bench|doctor|plan``.
 
 Exit codes: 0 success, 2 bad configuration or arguments (one line naming the key and what is allowed),
 1 runtime failure, 130 interrupted.
@@ -103,6 +103,44 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, as for train")
 
+    report = commands.add_parser("report", help="one HTML page comparing runs: curves over seeds, final table, "
+                                 "videos, config differences")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories, or directories holding "
+                        "them (a sweep's)")
+    report.add_argument("--out", help="output directory (default reports/report-<time>)")
+    report.add_argument("--title", help="the page's title")
+    report.add_argument("--metric", action="append", metavar="KEY", help="also plot this metrics.jsonl key "
+                        "(repeatable)")
+    report.add_argument("--group-by", action="append", metavar="KEY", help="config keys that make a setting "
+                        "(repeatable; default: every key that differs, less seed and paths)")
+    report.add_argument("--video-mb", type=float, default=20.0, help="megabytes of videos embedded in the page; "
+                        "later ones are linked (default 20)")
+    report.add_argument("--score", metavar="KEY", help="the final table's score (default eval/success_once; "
+                        "eval/heldout_accuracy for text tasks)")
+    report.add_argument("--screenshot", action="store_true", help="also save report.png as headless Chromium "
+                        "draws the page")
+
+    sweep = commands.add_parser("sweep", help="grid or random search over config keys and seeds as Ray Tune "
+                                "trials, then a report")
+    sweep.add_argument("--task", help="a registered task (see `embodied-rl tasks`)")
+    sweep.add_argument("--config", help="YAML file merged over the task's recipe")
+    sweep.add_argument("--grid", action="append", metavar="KEY=[V1,V2]", help="every value of KEY, crossed with "
+                       "the other grids (repeatable)")
+    sweep.add_argument("--sample", action="append", metavar="KEY=DIST", help="KEY drawn per sample: "
+                       "uniform:LOW:HIGH, loguniform:LOW:HIGH, randint:LOW:HIGH or choice:[V1,V2] (repeatable)")
+    sweep.add_argument("--samples", type=int, default=1, help="random draws of the --sample keys (default 1)")
+    sweep.add_argument("--seeds", default="1", help="N (seeds 0..N-1) or a list 0,5,9; crossed with every point")
+    sweep.add_argument("--out", help="output directory (default sweeps/<task>-<time>)")
+    sweep.add_argument("--ray-address", help="run the trials on this Ray cluster instead of a local one")
+    sweep.add_argument("--max-concurrent", type=int, help="trials running at once, at most (default: as many "
+                       "as their resource requests fit)")
+    sweep.add_argument("--early-stop", default="none", help="none (default) or asha: stop trials that trail "
+                       "at each rung of env steps")
+    sweep.add_argument("--grace-env-steps", type=int, help="env steps before asha's first cut (default: a "
+                       "quarter of the RL stages' budget)")
+    sweep.add_argument("--no-report", action="store_true", help="skip the report at the end")
+    sweep.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides of every trial")
+
     commands.add_parser("tasks", help="list the registered tasks")
     commands.add_parser("doctor", help="check that the simulator and runtime work on this machine")
 
@@ -177,6 +215,21 @@ def _plan(args) -> int:
 
     return run_plan(args.task, args.config, args.overrides, args.gpus, args.gpu_memory, args.json,
                     args.prompt_tokens)
+
+
+def _report(args) -> int:
+    from embodied_rl.commands.report import run_report
+
+    return run_report(args.run_dirs, args.out, args.title, args.metric, args.group_by, args.video_mb,
+                      args.screenshot, args.score)
+
+
+def _sweep(args) -> int:
+    from embodied_rl.commands.sweep import run_sweep
+
+    return run_sweep(args.task, args.config, args.overrides, args.grid, args.sample, args.seeds, args.samples,
+                     args.out, args.ray_address, args.max_concurrent, args.early_stop, args.grace_env_steps,
+                     not args.no_report)
 
 
 def _tasks(args) -> int:
@@ -280,7 +333,7 @@ def _bench_channel(args) -> int:
     return run_channel_bench(args.json, args.repeats, args.sizes)
 
 
-HANDLERS = {"plan": _plan, "tasks": _tasks, "doctor": _doctor, "demos": _demos, "scale": _scale, "train": _train, "eval": _eval,
+HANDLERS = {"plan": _plan, "report": _report, "sweep": _sweep, "tasks": _tasks, "doctor": _doctor, "demos": _demos, "scale": _scale, "train": _train, "eval": _eval,
             "bench env": _bench_env, "bench placement": _bench_placement, "bench render": _bench_render,
             "bench elastic": _bench_elastic, "bench overlap": _bench_overlap, "bench generation": _bench_generation,
             "bench text-async": _bench_text_async, "bench text-tis": _bench_text_tis, "bench channel": _bench_channel}

@@ -5,8 +5,10 @@
 # * Debian 12 (bookworm): Mesa 22's lavapipe is rejected by SAPIEN, so Mesa's CPU Vulkan driver comes
 #   from the bookworm-backports suite, on the same mirror the machine's own apt sources already use.
 # * Newer Debian / Ubuntu: the distribution's Mesa lavapipe works as shipped.
+# * `install_system_deps.sh test`: also Chromium, the headless browser the report's screenshot test draws pages in.
 # Safe to run repeatedly; installs nothing that is already there.
 set -euo pipefail
+extras="${1:-}"
 
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
@@ -22,6 +24,12 @@ mesa_major() { local v; v=$(mesa_version); echo "${v%%.*}"; }
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install_system_deps: no apt-get here; install a Vulkan driver (Mesa >= 23 lavapipe or NVIDIA) yourself" >&2
   exit 0
+fi
+
+if [ "$extras" = "test" ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq chromium >/dev/null
+  echo "install_system_deps: Chromium installed ($(command -v chromium || command -v chromium-browser))"
 fi
 
 codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")

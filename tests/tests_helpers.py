@@ -117,3 +117,21 @@ class ListChannel:
     def get_batch(self, key: str, most: int, timeout: float | None = None) -> list:
         taken, self.items = self.items[:most], self.items[most:]
         return taken
+
+
+def write_run(path: Path, config: dict, stages: list[tuple[str, list[dict], dict]]) -> Path:
+    """A run directory as ``embodied-rl train`` lays it out, from given rows: ``config.yaml``, and per stage
+    ``(name, metrics.jsonl rows, summary.json)`` its own directory (``<i>-<name>/``), or the run directory itself
+    for one stage named ``train``."""
+    import json
+
+    import yaml
+
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    for index, (name, rows, summary) in enumerate(stages):
+        stage = path if name == "train" else path / f"{index}-{name}"
+        stage.mkdir(exist_ok=True)
+        (stage / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        (stage / "summary.json").write_text(json.dumps(summary))
+    return path

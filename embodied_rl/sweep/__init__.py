@@ -1,0 +1,1 @@
+"""``embodied-rl sweep``: grid and random searches over config keys and seeds as Ray Tune trials."""

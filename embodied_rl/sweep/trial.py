@@ -1,0 +1,114 @@
+"""One sweep trial, as a Ray Tune function trainable: ``embodied-rl train`` in a child process on the trial's
+node (its own local Ray, sized to the trial's resource request), its evaluations reported to Tune as they land in
+``metrics.jsonl``, so a scheduler can stop a hopeless trial (the child is then interrupted and writes its stop
+checkpoint).
+
+Reported: ``success`` (the last ``eval/success_once``), ``env_steps`` (stages end to end), ``wall_s``, ``trial``
+(its name), and once trained to its end ``done``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from embodied_rl.sweep.space import override_text, trial_name
+
+POLL_S = 2.0
+INTERRUPT_GRACE_S = 120.0
+"""A stopped trial's child gets SIGINT (stop checkpoint, workers shut down), then SIGKILL after this long."""
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the thread that started it dies (a trial actor killed outright)."""
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _child_env() -> dict:
+    """This actor's environment less Ray's own variables: the child starts a private Ray, not a worker's."""
+    return {key: value for key, value in os.environ.items()
+            if not key.startswith("RAY_") or key in ("RAY_USAGE_STATS_ENABLED", "RAY_DEDUP_LOGS")}
+
+
+class MetricsTail:
+    """New evaluation rows of a run directory's stages, stages end to end (as ``analysis.runs`` lays them)."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir, self.read = run_dir, {}
+        self.success = None
+
+    def _stages(self) -> list[Path]:
+        if (self.run_dir / "metrics.jsonl").is_file():
+            return [self.run_dir]
+        stages = [p for p in self.run_dir.glob("*-*") if (p / "metrics.jsonl").is_file() and p.name.split("-")[0].isdigit()]
+        return sorted(stages, key=lambda p: int(p.name.split("-")[0]))
+
+    def new_reports(self) -> list[dict]:
+        reports, steps_offset, time_offset = [], 0.0, 0.0
+        for stage in self._stages():
+            text = (stage / "metrics.jsonl").read_text()
+            lines = text.splitlines()
+            rows = [json.loads(line) for line in (lines if text.endswith("\n") else lines[:-1])]  # not a half line
+            for row in rows[self.read.get(stage, 0):]:
+                if "eval/success_once" in row:
+                    self.success = float(row["eval/success_once"])
+                    reports.append({"success": self.success, "env_steps": steps_offset + float(row.get("env_steps", 0)),
+                                    "wall_s": time_offset + float(row.get("time/elapsed_s", 0.0))})
+            self.read[stage] = len(rows)
+            if rows:
+                steps_offset += float(rows[-1].get("env_steps", 0))
+                time_offset += float(rows[-1].get("time/elapsed_s", 0.0))
+        return reports
+
+
+def run_trial(config: dict) -> None:
+    """Tune's function trainable. ``config``: ``overrides`` (sampled key -> value), ``seed``, and the sweep's
+    fixed ``sweep`` dict (task, config_file, base overrides, out_dir, cpus)."""
+    from ray import tune
+
+    sweep = config["sweep"]
+    index = int(tune.get_context().get_trial_id().rsplit("_", 1)[-1])
+    name = trial_name(index, config["overrides"], config["seed"])
+    out_dir = Path(sweep["out_dir"])
+    run_dir, log_path = out_dir / "runs" / name, out_dir / "logs" / f"{name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    overrides = [*sweep["overrides"], *(override_text(k, v) for k, v in config["overrides"].items()),
+                 f"seed={config['seed']}"]
+    if sweep.get("cpus"):
+        overrides.append(f"cluster.num_cpus={sweep['cpus']}")
+    command = [sys.executable, "-m", "embodied_rl.cli", "train", "--task", sweep["task"], "--run-dir", str(run_dir)]
+    if sweep.get("config_file"):
+        command += ["--config", sweep["config_file"]]
+    tail = MetricsTail(run_dir)
+    last = {"success": float("nan"), "env_steps": 0.0, "wall_s": 0.0}
+    with open(log_path, "w") as log:
+        child = subprocess.Popen(command + overrides, stdout=log, stderr=subprocess.STDOUT, env=_child_env(),
+                                 preexec_fn=_die_with_parent)
+        try:
+            while child.poll() is None:
+                time.sleep(POLL_S)
+                for last in tail.new_reports():
+                    tune.report({**last, "trial": name})
+            for last in tail.new_reports():
+                tune.report({**last, "trial": name})
+        finally:
+            if child.poll() is None:  # stopped by the scheduler (or the sweep interrupted)
+                child.send_signal(signal.SIGINT)
+                try:
+                    child.wait(INTERRUPT_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+    if child.returncode != 0:
+        line = log_path.read_text().strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"trial {name} failed (exit {child.returncode}; log {log_path}): {line[0]}")
+    tune.report({**last, "trial": name, "done": True})  # trained to its end (a stopped trial never gets here)

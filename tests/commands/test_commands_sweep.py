@@ -1,0 +1,39 @@
+"""``embodied-rl sweep`` end to end: real training trials under Ray Tune, then the report of their runs."""
+
+import json
+
+import pytest
+import yaml
+
+from conftest import run_cli
+
+TINY = ["stages=[]", "env.num_workers=1", "env.envs_per_worker=2", "rollout.steps_per_iteration=20",
+        "algorithm.num_minibatches=2", "eval.num_episodes=2", "eval.every_iterations=1",
+        "checkpoint.every_iterations=0", "policy.hidden_sizes=[32,32]", "total_env_steps=80",
+        "env.max_episode_steps=20", "placement.slots=1"]
+
+
+def test_a_bad_swept_value_is_one_line_before_any_trial(tmp_path):
+    result = run_cli("sweep", "--task", "maniskill_pushcube", "--grid", "algorithm.nonsense=[1,2]",
+                     "--out", str(tmp_path / "out"), *TINY)
+    assert result.returncode == 2 and "algorithm.nonsense" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_two_settings_train_as_tune_trials_and_are_reported(tmp_path):
+    out = tmp_path / "sweep"
+    result = run_cli("sweep", "--task", "maniskill_pushcube", "--grid", "algorithm.lr=[1e-3,3e-4]", "--seeds", "1",
+                     "--out", str(out), *TINY, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    trials = json.loads((out / "trials.json").read_text())["trials"]
+    assert sorted(t["trial"] for t in trials) == ["trial000-lr=0.001-seed=0", "trial001-lr=0.0003-seed=0"]
+    for trial in trials:
+        assert trial["status"] == "done" and trial["env_steps"] == 80
+        rows = [json.loads(line) for line in (out / "runs" / trial["trial"] / "metrics.jsonl").read_text().splitlines()]
+        assert trial["success"] == [r for r in rows if "eval/success_once" in r][-1]["eval/success_once"]
+        config = yaml.safe_load((out / "runs" / trial["trial"] / "config.yaml").read_text())
+        assert config["algorithm"]["lr"] == float(trial["overrides"]["algorithm.lr"])
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert [s["setting"] for s in report["settings"]] == ["lr=0.001", "lr=0.0003"]
+    assert (out / "report" / "report.html").is_file()
