@@ -74,10 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     demos = commands.add_parser("demos", help="make demonstrations (ManiSkill trajectory .h5 + .json), cached")
     demos.add_argument("--task", required=True, help="a registered task (see `embodied-rl tasks`)")
     demos.add_argument("--episodes", type=int, required=True, help="demonstrations to write")
-    demos.add_argument("--source", nargs="+", metavar="SOURCE", default=["motion_planning"],
-                       help="motion_planning (ManiSkill's planner, default) or checkpoint PATH (a trained policy)")
+    demos.add_argument("--source", nargs="+", metavar="SOURCE", default=None,
+                       help="the task family's default when left out: motion_planning (ManiSkill's planner) or "
+                       "scripted (MetaWorld's scripted policies); or checkpoint PATH (a trained policy)")
     demos.add_argument("--obs", default="state", help="observations to record: state, rgb or state,rgb")
-    demos.add_argument("--control-mode", help="controller of the actions (default pd_joint_delta_pos; "
+    demos.add_argument("--control-mode", help="controller of the actions (default the family's: pd_joint_delta_pos, "
+                       "MetaWorld's ee_delta_pos; "
                        "a checkpoint's own mode for --source checkpoint)")
     demos.add_argument("--out", help="cache root (default ~/.cache/embodied-rl/demos); demos go to "
                        "OUT/<task>/<source>-<control_mode>-<obs>-<N>-seed<S>/")
@@ -144,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure throughput")
     benches = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
-    env_bench = benches.add_parser("env", help="runtime env loop vs ManiSkill's plain AsyncVectorEnv loop")
+    env_bench = benches.add_parser("env", help="runtime env loop vs the task family's Gymnasium "
+                                 "vector env loop (AsyncVectorEnv; MetaWorld also SyncVectorEnv)")
     _add_loop_arguments(env_bench, env_workers=4, envs_per_worker=1, steps=400)
     placement_bench = benches.add_parser("placement", help="sampling throughput of the placement modes")
     # 4 repeats: on a shared 2-core machine single measurements of one mode ranged 123-193 env steps/s.

@@ -1,4 +1,5 @@
-"""``embodied-rl demos``: demonstrations in ManiSkill's trajectory format, made once and cached."""
+"""``embodied-rl demos``: demonstrations of any simulator family in ManiSkill's trajectory format, made once and
+cached."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ from pathlib import Path
 from embodied_rl.config import ConfigError
 
 
-def parse_source(words: list[str] | None) -> tuple[str, str | None]:
-    """``['motion_planning']`` or ``['checkpoint', PATH]`` -> (source, checkpoint path)."""
-    words = list(words or ["motion_planning"])
-    if words == ["motion_planning"]:
-        return "motion_planning", None
+def parse_source(words: list[str] | None) -> tuple[str | None, str | None]:
+    """``None`` (the task family's default source), ``['NAME']`` or ``['checkpoint', PATH]`` -> (source, checkpoint
+    path). Which names a task takes is its family's (checked by ``resolve_request``)."""
+    if not words:
+        return None, None
+    if len(words) == 1 and words[0] != "checkpoint":
+        return words[0], None
     if len(words) == 2 and words[0] == "checkpoint":
         return "checkpoint", words[1]
-    raise ConfigError(f"--source {' '.join(words)} is not supported; allowed: motion_planning, checkpoint PATH")
+    raise ConfigError(f"--source {' '.join(words)} is not supported; allowed: a source name (motion_planning for "
+                      "ManiSkill, scripted for MetaWorld) or checkpoint PATH")
 
 
 def parse_observations(text: str) -> tuple[str, ...]:
@@ -36,7 +40,8 @@ def run_demos(task: str, episodes: int, source_words: list[str] | None, obs: str
                           observations=parse_observations(obs), control_mode=control_mode, seed=seed,
                           keep_failures=keep_failures, planner_speed=planner_speed)
     resolved = resolve_request(request)
-    label = (f"{resolved.env_id} {source.replace('_', ' ')} -> {resolved.obs_mode}, {resolved.control_mode}")
+    label = (f"{resolved.env_id} {resolved.source.replace('_', ' ')} -> {resolved.obs_mode}, "
+             f"{resolved.control_mode}")
     progress = CountProgress(episodes, f"demos {resolved.env_id}", "demos")
 
     def on_attempt(stats) -> None:

@@ -1,4 +1,5 @@
-"""``embodied-rl doctor``: can this machine run the simulator and the runtime? One line per check (PASS or FAIL with
+"""``embodied-rl doctor``: can this machine run the simulators (ManiSkill on Vulkan, MetaWorld on MuJoCo's GL) and
+the runtime? One line per check (PASS or FAIL with
 what was seen) and, for each failure, the command or setting that fixes it. Exit code 0 when every check passed,
 1 otherwise."""
 
@@ -65,6 +66,33 @@ def check_renderer() -> Check:
     return _maniskill("rgb", "renderer")
 
 
+def check_mujoco_renderer() -> Check:
+    """MuJoCo's camera rendering (MetaWorld): the GL backend ``MUJOCO_GL`` names, or the first of EGL and OSMesa
+    that makes a context here, rendering one MetaWorld camera image."""
+    import sim_envs
+
+    start = time.perf_counter()
+    try:
+        from sim_envs.metaworld.gl import select_gl_backend
+
+        backend = select_gl_backend()
+        env = sim_envs.make("metaworld_reach", 1, obs_mode="rgb")
+        try:
+            image = env.reset()["rgb"]
+        finally:
+            env.close()
+    except Exception as error:  # the adapter's errors are one line with the fix; others name the missing piece
+        from sim_envs.metaworld.gl import GL_FIX
+
+        return Check("mujoco renderer", False, f"MetaWorld reach-v3 (rgb) failed: {str(error).splitlines()[0][:240]}",
+                     GL_FIX)
+    if image.std() < 1.0:
+        return Check("mujoco renderer", False, f"MUJOCO_GL={backend} rendered a blank {tuple(image.shape)} image",
+                     "set MUJOCO_GL to another backend (egl, osmesa) or run `bash scripts/install_system_deps.sh`")
+    return Check("mujoco renderer", True, f"MetaWorld reach-v3 camera image {tuple(image.shape)} with MUJOCO_GL="
+                                          f"{backend} in {time.perf_counter() - start:.1f} s")
+
+
 def check_ray() -> Check:
     from embodied_rl.runtime import Cluster
 
@@ -90,7 +118,8 @@ def check_disk(min_free_gib: float = MIN_FREE_GIB) -> Check:
     return Check("disk", True, detail)
 
 
-CHECKS: tuple[Callable[[], Check], ...] = (check_devices, check_simulator, check_renderer, check_ray, check_disk)
+CHECKS: tuple[Callable[[], Check], ...] = (check_devices, check_simulator, check_renderer, check_mujoco_renderer,
+                                           check_ray, check_disk)
 
 
 def run_doctor(checks: tuple[Callable[[], Check], ...] = CHECKS) -> int:

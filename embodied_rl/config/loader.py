@@ -27,6 +27,27 @@ def recipe_path(task: str):
     return CONFIGS_DIR / f"{task}.yaml"
 
 
+EXTENDS_KEY = "extends"
+"""A recipe's top-level ``extends: <name>`` puts it over the recipe ``embodied_rl/configs/<name>.yaml`` (itself
+possibly extending another): the family recipe ``metaworld.yaml`` holds what the MetaWorld tasks share, and each
+``metaworld_<task>.yaml`` only what differs. Mappings merge key by key; a list (``stages``) replaces the base's."""
+
+
+def read_recipe(name: str, seen: tuple[str, ...] = ()):
+    """The recipe ``embodied_rl/configs/<name>.yaml`` with its ``extends`` chain merged (base first)."""
+    path = CONFIGS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"recipe {name!r} extended by {seen[-1]!r} does not exist ({path})" if seen else
+                          f"recipe {name!r} does not exist ({path})")
+    recipe = OmegaConf.create(path.read_text())
+    base = recipe.pop(EXTENDS_KEY, None) if OmegaConf.is_dict(recipe) else None
+    if base is None:
+        return recipe
+    if not isinstance(base, str) or base in seen or base == name:
+        raise ConfigError(f"recipe {name!r}: extends={base!r} must name another recipe (no cycles)")
+    return OmegaConf.merge(read_recipe(base, (*seen, name)), recipe)
+
+
 def task_recipe(task: str):
     """The recipe of a built-in task (a ConfigError when it is missing); None for a task a user registered."""
     import sim_envs
@@ -41,7 +62,7 @@ def task_recipe(task: str):
     if not recipe.is_file():
         raise ConfigError(f"built-in task {task!r} has no recipe: {recipe} is missing (an incomplete install of "
                           "embodied-rl; reinstall it)")
-    return OmegaConf.create(recipe.read_text())
+    return read_recipe(task)
 
 
 def _one_line(error: OmegaConfBaseException) -> str:

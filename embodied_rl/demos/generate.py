@@ -1,13 +1,12 @@
-"""Make demonstrations: a source records episodes, a replay turns them into the wanted control and obs mode.
+"""Make demonstrations of any simulator family: a family's pipeline records episodes (``sim_envs/families.py``),
+this module validates the request, runs the loop and counts.
 
-Sources (each records state-only episodes in its own control mode, ManiSkill's format):
-
-* ``motion_planning``: ManiSkill's planner solutions, ``pd_joint_pos``.
-* ``checkpoint``: a trained state policy acting deterministically, in the control mode it was trained in.
-
-Episodes stream one at a time: record (no rendering), and when the wanted control mode or observations differ,
-replay that episode at once into the output file (converting actions, rendering cameras). Failed episodes are
-dropped unless ``keep_failures``; the loop runs until ``episodes`` are written.
+Sources are the family's: ManiSkill ``motion_planning`` (its planner, the default) and ``checkpoint``; MetaWorld
+``scripted`` (its hand-written policies, the default) and ``checkpoint``. Each records state-only episodes in its own
+control mode, ManiSkill's trajectory format; when the wanted control mode or observations differ, a ManiSkill
+episode is replayed at once into the output file (converting actions, rendering cameras); a MetaWorld episode is
+recorded in the wanted observations directly. Failed episodes are dropped unless ``keep_failures``; the loop runs
+until ``episodes`` are written.
 """
 
 from __future__ import annotations
@@ -19,10 +18,7 @@ from typing import Callable
 
 from embodied_rl.config import ConfigError
 
-SOURCES = ("motion_planning", "checkpoint")
-DEFAULT_CONTROL_MODE = "pd_joint_delta_pos"
-"""The training envs' default controller (``env.control_mode``)."""
-SOURCE_NAMES = {"motion_planning": "motionplanning", "checkpoint": "checkpoint"}
+SOURCE_NAMES = {"motion_planning": "motionplanning", "checkpoint": "checkpoint", "scripted": "scripted"}
 """Source -> trajectory file stem (ManiSkill names planner demos ``motionplanning``)."""
 
 
@@ -32,11 +28,12 @@ class DemoRequest:
 
     task: str
     episodes: int
-    source: str = "motion_planning"
+    source: str | None = None
+    """None: the task family's default source (ManiSkill: motion_planning; MetaWorld: scripted)."""
     checkpoint: str | None = None
     observations: tuple[str, ...] = ("state",)
     control_mode: str | None = None
-    """None: ``pd_joint_delta_pos`` for motion planning, the policy's own mode for a checkpoint."""
+    """None: the family's default (ManiSkill ``pd_joint_delta_pos``), the policy's own mode for a checkpoint."""
     seed: int = 0
     keep_failures: bool = False
     image_size: int = 64
@@ -90,12 +87,15 @@ class ResolvedRequest:
     control_mode: str
     source_control_mode: str
     policy: object | None = None
+    family: str = "maniskill"
+    source: str = "motion_planning"
+    """The source that makes the demos (the request's, or its family's default)."""
 
     @property
     def cache_name(self) -> str:
         """``<source>-<control_mode>-<obs>-<N>-seed<S>``: the cache directory of these demos."""
         r = self.request
-        source = r.source if self.policy is None else f"checkpoint_{self.policy.digest}"
+        source = self.source if self.policy is None else f"checkpoint_{self.policy.digest}"
         name = f"{source}-{self.control_mode}-{self.obs_mode}-{r.episodes}-seed{r.seed}"
         if r.image_size != 64 and "rgb" in self.obs_mode:
             name += f"-{r.image_size}px"
@@ -105,7 +105,7 @@ class ResolvedRequest:
 
     def describe(self) -> dict:
         r = self.request
-        return dict(task=r.task, env_id=self.env_id, source=r.source,
+        return dict(task=r.task, env_id=self.env_id, source=self.source,
                     checkpoint=None if self.policy is None else str(self.policy.path),
                     checkpoint_digest=None if self.policy is None else self.policy.digest,
                     episodes=r.episodes, seed=r.seed, obs=list(r.observations), obs_mode=self.obs_mode,
@@ -116,30 +116,32 @@ class ResolvedRequest:
 def resolve_request(request: DemoRequest) -> ResolvedRequest:
     """Validate ``request`` before anything is built or written; bad input raises a one-line ConfigError."""
     import sim_envs
-    from sim_envs.maniskill.demos_replay import check_conversion, demo_obs_mode
-    from sim_envs.maniskill.motion_planning import PLANNER_CONTROL_MODE, planner_env_id
+    from sim_envs.families import get_family
+    from sim_envs.maniskill.demos_replay import demo_obs_mode
 
     if not isinstance(request.episodes, int) or request.episodes < 1:
         raise ConfigError(f"--episodes={request.episodes} is out of range; allowed: an integer >= 1")
-    if request.source not in SOURCES:
-        raise ConfigError(f"--source={request.source!r} is not supported; allowed: motion_planning, checkpoint PATH")
     if request.planner_speed is not None and not 0 < request.planner_speed <= 10:
         raise ConfigError(f"planner_speed={request.planner_speed} is out of range; allowed: null (ManiSkill's "
                           "0.9) or joint limits in (0, 10] rad/s")
-    if request.planner_speed is not None and request.source != "motion_planning":
-        raise ConfigError(f"planner_speed={request.planner_speed} applies to --source motion_planning only")
     if request.image_size < 1:
         raise ConfigError(f"image_size={request.image_size} is out of range; allowed: an integer >= 1")
     try:
         obs_mode = demo_obs_mode(request.observations)
         entry = sim_envs.get_task(request.task)
-        if entry.simulator != "maniskill" or not entry.env_id:
-            raise ConfigError(f"task {request.task!r} is not a ManiSkill task; demonstrations need one")
+        try:
+            demos = get_family(entry.simulator).demos_module()
+        except sim_envs.TaskConfigError:
+            raise ConfigError(f"task {request.task!r} ({entry.simulator or 'no simulator'}) has no demonstration "
+                              "sources; demonstrations need a ManiSkill or MetaWorld task") from None
+        source = request.source or demos.SOURCES[0]
+        if source not in demos.SOURCES or not entry.env_id:
+            allowed = ", ".join(f"{s} PATH" if s == "checkpoint" else s for s in demos.SOURCES)
+            raise ConfigError(f"--source {source} is not supported for {request.task}; allowed: {allowed}")
+        if request.planner_speed is not None and source != "motion_planning":
+            raise ConfigError(f"planner_speed={request.planner_speed} applies to --source motion_planning only")
         policy = None
-        if request.source == "motion_planning":
-            env_id = planner_env_id(request.task)
-            source_control_mode = PLANNER_CONTROL_MODE
-        else:
+        if source == "checkpoint":
             if not request.checkpoint:
                 raise ConfigError("--source checkpoint needs a PATH (a checkpoint or run directory)")
             from embodied_rl.demos.checkpoint_policy import load_checkpoint_policy
@@ -148,13 +150,11 @@ def resolve_request(request: DemoRequest) -> ResolvedRequest:
             if policy.task != request.task:
                 raise ConfigError(f"--source checkpoint: {policy.path} was trained on task {policy.task!r}, "
                                   f"not {request.task!r}")
-            env_id = entry.env_id
-            source_control_mode = policy.control_mode
-        control_mode = request.control_mode or (DEFAULT_CONTROL_MODE if policy is None else source_control_mode)
-        check_conversion(source_control_mode, control_mode)
+        plan = demos.plan_demos(entry, source, request.control_mode, policy)
     except sim_envs.TaskConfigError as error:
         raise ConfigError(str(error)) from None
-    return ResolvedRequest(request, env_id, obs_mode, control_mode, source_control_mode, policy)
+    return ResolvedRequest(request, plan.env_id, obs_mode, plan.control_mode, plan.source_control_mode, policy,
+                           entry.simulator, source)
 
 
 def generate_demos(resolved: ResolvedRequest, directory: Path,
@@ -163,56 +163,39 @@ def generate_demos(resolved: ResolvedRequest, directory: Path,
     """Record ``resolved.request.episodes`` demos into ``directory`` (which must exist); returns where and how fast.
 
     Gives up with a RuntimeError after ``max_attempts`` source episodes (default ``3 * episodes + 10``)."""
-    from sim_envs.maniskill.demos_replay import EpisodeReplayer
+    from sim_envs.families import DemoPlan, get_family
 
     request = resolved.request
-    stem = SOURCE_NAMES[request.source]
     started = time.perf_counter()
     stats = DemoStats()
-    source = _open_source(resolved, Path(directory), stem)
-    needs_replay = resolved.obs_mode != "state" or resolved.control_mode != resolved.source_control_mode
-    trajectory = (f"{stem}.{resolved.obs_mode}.{resolved.control_mode}.physx_cpu.h5" if needs_replay
-                  else f"{stem}.h5")
-    replayer = None
+    plan = DemoPlan(resolved.env_id, resolved.source, resolved.source_control_mode, resolved.control_mode)
+    pipeline = get_family(resolved.family).demos_module().open_demo_pipeline(
+        plan, resolved.obs_mode, Path(directory), SOURCE_NAMES[resolved.source], request.image_size,
+        request.planner_speed, resolved.policy)
     max_attempts = max_attempts or 3 * request.episodes + 10
     try:
-        if needs_replay:
-            replayer = EpisodeReplayer(source.metadata, Path(directory), Path(trajectory).stem, resolved.obs_mode,
-                                       resolved.control_mode, request.image_size,
-                                       reward_mode=source.options.reward_mode)
         while stats.written < request.episodes:
             if stats.attempts >= max_attempts:
                 raise RuntimeError(f"only {stats.written} of {request.episodes} demos after {stats.attempts} "
-                                   f"{request.source} episodes ({stats.source_failures} failed, "
+                                   f"{resolved.source} episodes ({stats.source_failures} failed, "
                                    f"{stats.replay_failures} failed to replay); --keep-failures keeps failures")
             seed = request.seed + stats.attempts
             stats.attempts += 1
-            outcome = _run_source_episode(resolved, source, seed)
-            stats.record_seconds += outcome.seconds
-            stats.source_failures += not outcome.success
-            entry = source.keep() if outcome.success or request.keep_failures else None
-            if entry is None:
-                source.discard()
-            elif replayer is None:
-                _count(stats, outcome)
-            else:
-                replayed = replayer.replay(source.trajectories, entry, request.keep_failures)
-                if replayed is None:
-                    stats.replay_failures += 1
-                else:
-                    stats.replay_seconds += replayed.seconds
-                    stats.replay_failures += outcome.success and not replayed.success
-                    _count(stats, replayed)
+            episode = pipeline.run_episode(seed, request.keep_failures)
+            stats.record_seconds += episode.source.seconds
+            stats.source_failures += not episode.source.success
+            stats.replay_failures += episode.replay_failed
+            stats.replay_seconds += episode.replay_seconds
+            if episode.written is not None:
+                _count(stats, episode.written)
             stats.seconds = time.perf_counter() - started
             if on_attempt is not None:
                 on_attempt(stats)
     finally:
-        if replayer is not None:
-            replayer.close()
-        source.close()
+        pipeline.close()
     stats.seconds = time.perf_counter() - started
-    return DemoResult(Path(directory), trajectory, f"{stem}.h5", resolved.env_id, resolved.obs_mode,
-                      resolved.control_mode, stats)
+    return DemoResult(Path(directory), pipeline.trajectory, pipeline.source_trajectory, resolved.env_id,
+                      resolved.obs_mode, resolved.control_mode, stats)
 
 
 def _count(stats: DemoStats, outcome) -> None:
@@ -220,24 +203,3 @@ def _count(stats: DemoStats, outcome) -> None:
     stats.successes += outcome.success
     stats.steps += outcome.steps
 
-
-def _open_source(resolved: ResolvedRequest, directory: Path, stem: str):
-    from sim_envs.maniskill.options import ManiSkillOptions
-    from sim_envs.maniskill.recording import EpisodeRecorder
-    from sim_envs.maniskill.motion_planning import MotionPlanningRecorder
-
-    if resolved.policy is None:
-        speed = resolved.request.planner_speed
-        return MotionPlanningRecorder(resolved.env_id, directory, stem,
-                                      **({} if speed is None else {"speed": speed}))
-    policy = resolved.policy
-    options = ManiSkillOptions(obs_mode="state", control_mode=policy.control_mode, reward_mode=policy.reward_mode,
-                               max_episode_steps=policy.max_episode_steps)
-    return EpisodeRecorder(resolved.env_id, options, directory, stem, source_type="rl",
-                           source_desc=f"deterministic actions of the embodied-rl checkpoint {policy.path}")
-
-
-def _run_source_episode(resolved: ResolvedRequest, source, seed: int):
-    if resolved.policy is None:
-        return source.plan_episode(seed)
-    return source.run_policy_episode(seed, resolved.policy.new_episode())

@@ -28,6 +28,12 @@ def make_async_vector_env(env_id: str, num_envs: int, options: ManiSkillOptions)
     return gym.vector.AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP, context="forkserver")
 
 
+def reference_async_vector_env(env_id: str, num_envs: int, options: dict):
+    """The bench baseline (``sim_envs/families.py``): what ManiSkill's CPU PPO steps, ``AsyncVectorEnv`` of
+    ``num_envs`` env processes built from ``options`` (``sim_envs.make`` keyword arguments)."""
+    return make_async_vector_env(env_id, num_envs, ManiSkillOptions.parse(options))
+
+
 class ProcessManiSkillEnvs:
     """``VectorEnv`` over an AsyncVectorEnv: one process per env, stepped in parallel."""
 

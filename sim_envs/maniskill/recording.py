@@ -12,25 +12,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from sim_envs.families import EpisodeOutcome  # noqa: F401  (re-exported: the planner and replay use it)
 from sim_envs.maniskill.options import ManiSkillOptions, quiet_maniskill, translate_simulator_error
 from sim_envs.maniskill.single import build_gym_env
-
-
-@dataclass
-class EpisodeOutcome:
-    """How one recorded episode ended."""
-
-    seed: int
-    success: bool
-    """Success at the last recorded step (ManiSkill's ``episodes[i]['success']``)."""
-    steps: int
-    seconds: float
 
 
 class EpisodeRecorder:

@@ -7,8 +7,13 @@ named are ManiSkill's (PickCube's green goal marker is hidden from the cameras, 
 
 from __future__ import annotations
 
+from sim_envs.families import SimulatorFamily, register_family
 from sim_envs.maniskill.options import ManiSkillOptions
 from sim_envs.registry import register_task
+
+register_family(SimulatorFamily(
+    "maniskill", demos="sim_envs.maniskill.demos",
+    reference_vector_envs={"async_vector_env": "sim_envs.maniskill.processes:reference_async_vector_env"}))
 
 
 def make_maniskill(env_id: str, num_envs: int, **overrides):

@@ -26,3 +26,12 @@ def test_the_report_has_a_line_per_check_a_fix_under_each_failure_and_exit_code_
     assert lines == ["PASS devices: no GPU", "FAIL renderer: no Vulkan device", "     fix: install a driver",
                      "some checks failed: see each fix above"]
     assert doctor.run_doctor(checks[:1]) == 0
+
+
+def test_the_mujoco_renderer_check_renders_a_metaworld_image_and_a_failure_names_the_fix(monkeypatch):
+    passed = doctor.check_mujoco_renderer()
+    assert passed.passed and "(1, 64, 64, 3)" in passed.detail and "MUJOCO_GL=" in passed.detail
+    monkeypatch.setenv("MUJOCO_GL", "vulkan")  # not a MuJoCo backend: the check fails with the fix
+    failed = doctor.check_mujoco_renderer()
+    assert not failed.passed and "MUJOCO_GL='vulkan'" in failed.detail
+    assert "scripts/install_system_deps.sh" in failed.fix and "libosmesa6" in failed.fix

@@ -10,7 +10,7 @@ import torch
 
 from embodied_rl.algorithms.embodied.base import ALGORITHMS, Algorithm, Needs, OptimizerConfig, Problem
 
-DEMO_SOURCES = ("motion_planning", "path")
+DEMO_SOURCES = ("motion_planning", "scripted", "path")
 
 
 @dataclass
@@ -18,8 +18,8 @@ class DemonstrationSettings:
     """Where an algorithm's demonstrations come from (SFT clones them, RLPD mixes them into its batches)."""
 
     demo_source: str = "motion_planning"
-    """Where demonstrations come from: 'motion_planning' (generated and cached, see ``embodied-rl demos``) or
-    'path' (the ``.h5`` file in ``demo_path``)."""
+    """Where demonstrations come from: 'motion_planning' (ManiSkill's planner) or 'scripted' (MetaWorld's scripted
+    policies), generated and cached (see ``embodied-rl demos``); or 'path' (the ``.h5`` file in ``demo_path``)."""
     demo_path: Optional[str] = None
     """A ManiSkill trajectory file (``.h5`` with its ``.json``) when demo_source='path'."""
     demo_episodes: int = 100
