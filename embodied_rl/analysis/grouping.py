@@ -3,6 +3,7 @@ seeds of one setting; a setting is labelled by the config values that tell it fr
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from embodied_rl.analysis.runs import Run
@@ -16,6 +17,8 @@ has them all."""
 
 
 def _ignored(key: str) -> bool:
+    """An ignored key, at the top or in a stage (``stages.1.seed``)."""
+    key = re.sub(r"^stages\.\d+\.", "", key)
     return any(key.startswith(k) if k.endswith(".") else key == k for k in IGNORED_KEYS)
 
 

@@ -23,6 +23,8 @@ from embodied_rl.config.errors import ConfigError
 METRICS_FILE = "metrics.jsonl"
 SUCCESS_KEY = "eval/success_once"
 RETURN_KEY = "eval/episode_return"
+PER_STAGE_KEYS = ("run_dir", "init_from", "stages")
+"""Keys of a stage's own config.yaml that name where it ran, not what (left out of the run's config)."""
 _STAGE_DIR = re.compile(r"^(\d+)-(.+)$")
 
 
@@ -186,7 +188,13 @@ def load_run(path: Path) -> Run:
     stage_paths = [path] if (path / METRICS_FILE).is_file() else _stage_dirs(path)
     stages = [Stage(p.name if p != path else "train", p, _read_rows(p / METRICS_FILE), _read_json(p / "summary.json"))
               for p in stage_paths]
-    return Run(path, _read_config(path / "config.yaml"), stages, summary=_read_json(path / "summary.json"))
+    config = _read_config(path / "config.yaml")
+    if stage_paths != [path]:  # each stage as it ran (runs written before config.yaml recorded them so)
+        for index, stage_path in enumerate(stage_paths):
+            for key, value in _read_config(stage_path / "config.yaml").items():
+                if key.split(".")[0] not in PER_STAGE_KEYS:
+                    config[f"stages.{index}.{key}"] = value
+    return Run(path, config, stages, summary=_read_json(path / "summary.json"))
 
 
 def find_runs(paths: list[str | Path]) -> list[Run]:

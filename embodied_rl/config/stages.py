@@ -107,7 +107,7 @@ def load_stages(task: str | None = None, config_file: str | None = None,
     for index in per_stage:
         if index >= len(base.stages):
             raise ConfigError(f"stages.{index}: this recipe has stages 0-{len(base.stages) - 1}")
-    stages, used = [], set()
+    stages, used, recorded = [], set(), []
     for index, raw in enumerate(base.stages):
         entry = OmegaConf.create(raw)
         recipe_algorithm = (raw.get("algorithm") or {}).get("name", DEFAULT_ALGORITHM)
@@ -124,8 +124,25 @@ def load_stages(task: str | None = None, config_file: str | None = None,
         used |= set(mine)
         config = load_train_config(task, config_file, common + list(mine.values()), stage=entry, saved=saved)
         stages.append(Stage(f"{index}-{name}", config))
+        recorded.append({"name": name, **_resolved_entry(config)})
     unused = sorted(set(algorithm) - used)
     if unused:
         names = ", ".join(s.config.algorithm.name for s in stages)
         raise ConfigError(f"algorithm.{unused[0]} is not a key of any stage's algorithm ({names})")
+    # The run's config.yaml records each stage as it runs (the command line's per-stage and algorithm keys in
+    # it), so `--resume` and `report` read the stages that ran, not the recipe's.
+    base.stages = recorded
     return base, stages
+
+
+def _resolved_entry(config: TrainConfig) -> dict:
+    """A stage's resolved config as a ``stages`` entry: every key (so the entry alone reproduces it over any
+    base), less what the runner sets per stage (``run_dir``) and the nested ``stages``."""
+    import yaml
+
+    from embodied_rl.config.loader import to_yaml
+
+    entry = yaml.safe_load(to_yaml(config))
+    for key in ("stages", "run_dir"):
+        entry.pop(key, None)
+    return entry

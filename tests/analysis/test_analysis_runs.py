@@ -47,3 +47,19 @@ def test_folders_of_runs_expand_and_bad_paths_are_one_line(tmp_path):
 
 def test_flatten_names_list_items_by_index():
     assert flatten({"a": {"b": 1, "c": [{"d": 2}, 3]}, "e": {}}) == {"a.b": 1, "a.c.0.d": 2, "a.c.1": 3, "e": {}}
+
+
+def test_each_stages_own_config_is_the_runs_config_of_that_stage(tmp_path):
+    """Runs whose root config.yaml did not record a switched algorithm: their stage directories' configs tell."""
+    from embodied_rl.analysis.grouping import group_runs
+
+    runs = []
+    for algorithm in ("grpo", "ppo"):
+        for seed in (0, 1):
+            path = write_run(tmp_path / f"{algorithm}{seed}", {"seed": seed, "stages": [{"name": "sft"}, {"name": "grpo"}]},
+                             [SFT, (algorithm, GRPO[1], GRPO[2])])
+            (path / f"1-{algorithm}" / "config.yaml").write_text(
+                f"seed: {seed}\nrun_dir: {path}/1-{algorithm}\ninit_from: x\nalgorithm:\n  name: {algorithm}\n")
+            runs.append(load_run(path))
+    assert runs[1].config["stages.1.algorithm.name"] == "grpo" and "stages.1.run_dir" not in runs[1].config
+    assert [s.label for s in group_runs(runs)] == ["name=grpo", "name=ppo"]  # stages.1.seed is a seed too
