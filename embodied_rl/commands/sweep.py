@@ -89,7 +89,9 @@ def run_sweep(task: str, config_file: str | None, overrides: list[str], grid: li
         scheduler = None
         if early_stop == "asha":
             grace = grace_env_steps or max(total_steps // 4, 1)
-            scheduler = ASHAScheduler(time_attr="env_steps", max_t=max(total_steps, grace), grace_period=grace,
+            # max_t past the budget: ASHA stops a trial whose report reaches max_t, and the last evaluation of a
+            # trial that trains to its end must not count as a stop.
+            scheduler = ASHAScheduler(time_attr="env_steps", max_t=max(total_steps, grace) + 1, grace_period=grace,
                                       reduction_factor=2)
         sweep = {"task": task, "config_file": str(Path(config_file).resolve()) if config_file else None,
                  "overrides": list(overrides), "out_dir": str(out_dir),
@@ -122,11 +124,12 @@ def run_sweep(task: str, config_file: str | None, overrides: list[str], grid: li
 
 
 def _trial_rows(results) -> list[dict]:
+    """One row per Tune result: ``status`` done (trained to its end), stopped early (by the scheduler) or error."""
     rows = []
     for result in results:
         metrics = result.metrics or {}
         config = result.config or {}
-        status = "error" if result.error else ("done" if metrics.get("done") else "stopped early")
+        status = "error" if result.error else ("done" if metrics.get("finished") else "stopped early")
         success = metrics.get("success")
         rows.append({"trial": metrics.get("trial") or (Path(result.path).name if result.path else "?"),
                      "status": status,

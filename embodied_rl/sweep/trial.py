@@ -1,10 +1,13 @@
 """One sweep trial, as a Ray Tune function trainable: ``embodied-rl train`` in a child process on the trial's
 node (its own local Ray, sized to the trial's resource request), its evaluations reported to Tune as they land in
-``metrics.jsonl``, so a scheduler can stop a hopeless trial (the child is then interrupted and writes its stop
-checkpoint).
+``metrics.jsonl``, so a scheduler can stop a hopeless trial.
 
 Reported: ``success`` (the last ``eval/success_once``), ``env_steps`` (stages end to end), ``wall_s``, ``trial``
-(its name), and once trained to its end ``done``.
+(its name), and once trained to its end ``finished`` (Tune's own ``done`` is true for stopped trials too).
+
+A trial the scheduler stops: Tune ends its actor and Ray ends the actor's child processes with it (the training
+child is killed; its run directory keeps what it wrote: metrics rows, scheduled checkpoints). The child's SIGINT
+below covers the trial function ending any other way while the child still runs.
 """
 
 from __future__ import annotations
@@ -110,4 +113,4 @@ def run_trial(config: dict, sweep: dict) -> None:
     if child.returncode != 0:
         line = log_path.read_text().strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"trial {name} failed (exit {child.returncode}; log {log_path}): {line[0]}")
-    tune.report({**last, "trial": name, "done": True})  # trained to its end (a stopped trial never gets here)
+    tune.report({**last, "trial": name, "finished": True})  # trained to its end (a stopped trial never gets here)

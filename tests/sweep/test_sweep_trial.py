@@ -25,3 +25,20 @@ def test_new_evaluations_are_reported_once_stages_end_to_end(tmp_path):
         handle.write('al/success_once": 0.75, "time/elapsed_s": 15.0}\n')
     assert tail.new_reports() == [{"success": 0.75, "env_steps": 300.0, "wall_s": 65.0}]
     assert tail.success == 0.75
+
+
+def test_a_trials_status_tells_finished_from_stopped_and_failed():
+    from types import SimpleNamespace
+
+    from embodied_rl.commands.sweep import _trial_rows
+
+    point = {"overrides": {"algorithm.lr": 1e-3}, "seed": 1}
+    results = [SimpleNamespace(metrics={"trial": "a", "success": 0.5, "env_steps": 800.0, "finished": True,
+                                        "done": True}, config=point, error=None, path="/x/a"),
+               SimpleNamespace(metrics={"trial": "b", "success": 0.0, "env_steps": 400.0, "done": True},
+                               config=point, error=None, path="/x/b"),  # Tune marks stopped trials done too
+               SimpleNamespace(metrics={}, config=point, error=RuntimeError("trial c failed\nexit 1"), path="/x/c")]
+    rows = _trial_rows(results)
+    assert [(r["trial"], r["status"]) for r in rows] == [("a", "done"), ("b", "stopped early"), ("c", "error")]
+    assert rows[0]["overrides"] == {"algorithm.lr": "0.001"} and rows[0]["seed"] == 1 and rows[2]["success"] is None
+    assert rows[2]["error"] == "exit 1"
