@@ -26,12 +26,6 @@ if ! command -v apt-get >/dev/null 2>&1; then
   exit 0
 fi
 
-if [ "$extras" = "test" ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq chromium >/dev/null
-  echo "install_system_deps: Chromium installed ($(command -v chromium || command -v chromium-browser))"
-fi
-
 codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 packages=(libvulkan1 mesa-vulkan-drivers)
 if command -v nvidia-smi >/dev/null 2>&1; then packages=(libvulkan1); fi
@@ -87,3 +81,9 @@ install_mujoco_gl() {
 
 install_vulkan
 install_mujoco_gl
+# Last: Chromium's Mesa dependencies (libgbm1, libegl1) are then met by the versions installed above.
+if [ "$extras" = "test" ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq chromium >/dev/null
+  echo "install_system_deps: Chromium installed ($(command -v chromium || command -v chromium-browser))"
+fi
