@@ -86,7 +86,8 @@ def _videos(videos: list[tuple[str, Path]], out_dir: Path, budget_bytes: int) ->
         else:
             source = html.escape(os.path.relpath(path, out_dir))
         parts.append(f"<figure style='display:inline-block'><video controls muted loop src='{source}'></video>"
-                     f"<figcaption class='note'>{html.escape(run_name)}: {html.escape(path.name)}</figcaption></figure>")
+                     f"<figcaption class='note'>{html.escape(run_name)}: {html.escape(path.name)}</figcaption>"
+                     "</figure>")
     return "".join(parts)
 
 

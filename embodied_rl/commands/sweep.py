@@ -3,7 +3,8 @@ trial an ``embodied-rl train`` run; at the end the trials' table and ``embodied-
 
 Where it runs: on the local Ray this command starts (all of this machine's CPUs), or with ``--ray-address`` on
 the cluster a run would join, Tune placing trials on its nodes. Each trial asks Tune for what its placement takes:
-``placement.slots`` CPU cores (default: this machine's core count), or on GPU machines one CPU and ``placement.slots`` GPUs
+``placement.slots`` CPU cores (default: this machine's core count), or on GPU machines one CPU and
+``placement.slots`` GPUs
 (default 1); trials run side by side as far as those requests fit (``--max-concurrent`` caps them).
 
 ``--early-stop asha``: Tune's asynchronous successive halving on evaluation success against env steps stops

@@ -104,7 +104,8 @@ def parse_sampled(items: list[str]) -> dict[str, tuple]:
         except ValueError:
             raise ConfigError(f"--sample {item!r}: write {distribution}:LOW:HIGH with numbers") from None
         if not low < high or (distribution == "loguniform" and low <= 0):
-            raise ConfigError(f"--sample {item!r}: needs LOW < HIGH{' and LOW > 0' if distribution == 'loguniform' else ''}")
+            positive = " and LOW > 0" if distribution == "loguniform" else ""
+            raise ConfigError(f"--sample {item!r}: needs LOW < HIGH{positive}")
         sampled[key] = (distribution, (low, high))
     return sampled
 

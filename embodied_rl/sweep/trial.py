@@ -52,7 +52,8 @@ class MetricsTail:
     def _stages(self) -> list[Path]:
         if (self.run_dir / "metrics.jsonl").is_file():
             return [self.run_dir]
-        stages = [p for p in self.run_dir.glob("*-*") if (p / "metrics.jsonl").is_file() and p.name.split("-")[0].isdigit()]
+        stages = [p for p in self.run_dir.glob("*-*")
+                  if (p / "metrics.jsonl").is_file() and p.name.split("-")[0].isdigit()]
         return sorted(stages, key=lambda p: int(p.name.split("-")[0]))
 
     def new_reports(self) -> list[dict]:

@@ -10,7 +10,8 @@ from tests_helpers import write_run
 
 def _seed(tmp_path, seed, success, algorithm="grpo"):
     rows = [{"env_steps": 100, "time/elapsed_s": 5.0, "eval/success_once": 0.0},
-            {"env_steps": 200, "time/elapsed_s": 10.0, "eval/success_once": success, "eval/episode_return": 10 * success,
+            {"env_steps": 200, "time/elapsed_s": 10.0, "eval/success_once": success,
+             "eval/episode_return": 10 * success,
              "eval/episodes": 64.0, "eval/state_seed": 10000000.0}]
     config = {"seed": seed, "algorithm": {"name": algorithm}, "eval": {"max_episode_steps": 50}}
     return load_run(write_run(tmp_path / f"{algorithm}-{seed}", config, [("train", rows, {"wall_s": 20.0})]))

@@ -56,8 +56,8 @@ def test_each_stages_own_config_is_the_runs_config_of_that_stage(tmp_path):
     runs = []
     for algorithm in ("grpo", "ppo"):
         for seed in (0, 1):
-            path = write_run(tmp_path / f"{algorithm}{seed}", {"seed": seed, "stages": [{"name": "sft"}, {"name": "grpo"}]},
-                             [SFT, (algorithm, GRPO[1], GRPO[2])])
+            config = {"seed": seed, "stages": [{"name": "sft"}, {"name": "grpo"}]}
+            path = write_run(tmp_path / f"{algorithm}{seed}", config, [SFT, (algorithm, GRPO[1], GRPO[2])])
             (path / f"1-{algorithm}" / "config.yaml").write_text(
                 f"seed: {seed}\nrun_dir: {path}/1-{algorithm}\ninit_from: x\nalgorithm:\n  name: {algorithm}\n")
             runs.append(load_run(path))
