@@ -69,25 +69,25 @@ class Run:
     def seed(self):
         return self.config.get("seed")
 
-    def curve(self, key: str, x: str = "env_steps") -> tuple[list[float], list[float]]:
-        """``(xs [n], values [n])`` of every row holding ``key``, stages end to end; ``x``: ``env_steps`` or
-        ``wall_s`` (the stage's ``time/elapsed_s`` plus the earlier stages' wall time)."""
-        xs, values = [], []
+    def points(self, key: str) -> list[tuple[float, float | None, float]]:
+        """``(env steps, wall s, value)`` of every row holding ``key``, stages end to end: a stage's env steps and
+        ``time/elapsed_s`` plus the earlier stages' (wall s None in a row without ``time/elapsed_s``)."""
+        points = []
         steps_offset = time_offset = 0.0
         for stage in self.stages:
             for row in stage.rows:
-                if key not in row:
-                    continue
-                if x == "env_steps":
-                    xs.append(steps_offset + float(row.get("env_steps", 0)))
-                elif "time/elapsed_s" in row:
-                    xs.append(time_offset + float(row["time/elapsed_s"]))
-                else:
-                    continue
-                values.append(float(row[key]))
+                if key in row:
+                    wall = time_offset + float(row["time/elapsed_s"]) if "time/elapsed_s" in row else None
+                    points.append((steps_offset + float(row.get("env_steps", 0)), wall, float(row[key])))
             steps_offset += stage.env_steps
             time_offset += stage.wall_s
-        return xs, values
+        return points
+
+    def curve(self, key: str, x: str = "env_steps") -> tuple[list[float], list[float]]:
+        """``(xs [n], values [n])`` of ``points(key)``; ``x``: ``env_steps`` or ``wall_s`` (rows with a time)."""
+        chosen = [(steps if x == "env_steps" else wall, value) for steps, wall, value in self.points(key)]
+        chosen = [(at, value) for at, value in chosen if at is not None]
+        return [at for at, _ in chosen], [value for _, value in chosen]
 
     def final(self, key: str):
         """The last value of ``key`` in the last stage that logged it (None if none did)."""
@@ -198,8 +198,8 @@ def load_run(path: Path) -> Run:
 
 
 def find_runs(paths: list[str | Path]) -> list[Run]:
-    """The runs of ``paths``: each a run directory, or a directory whose sub-directories (any depth, nearest
-    first) are; one clear error for a path that is neither."""
+    """The runs of ``paths``: each a run directory, or a directory whose sub-directories (any depth) are; one
+    clear error for a path that is neither."""
     runs: list[Run] = []
     for given in paths:
         path = Path(given)
@@ -208,9 +208,9 @@ def find_runs(paths: list[str | Path]) -> list[Run]:
         if is_run_dir(path):
             runs.append(load_run(path))
             continue
-        nested = sorted({p.parent for p in path.rglob(METRICS_FILE)})
-        tops = [p for p in nested if not any(q != p and q in p.parents for q in nested)]
-        tops = sorted({(p.parent if _STAGE_DIR.match(p.name) and is_run_dir(p.parent) else p) for p in tops})
+        # each metrics.jsonl's run: its directory, or the staged run holding it as a stage
+        tops = sorted({(d.parent if _STAGE_DIR.match(d.name) and is_run_dir(d.parent) else d)
+                       for d in (found.parent for found in path.rglob(METRICS_FILE))})
         if not tops:
             raise ConfigError(f"{path} holds no run directory (no {METRICS_FILE} under it)")
         runs.extend(load_run(p) for p in tops)

@@ -39,9 +39,8 @@ def _check_points(task: str, config_file: str | None, overrides: list[str], spac
     for key, values in space.grid.items():
         for value in values[1:]:
             load_stages(task, config_file, [*overrides, override_text(key, value)])
-    for key, (distribution, arguments) in space.sampled.items():
-        for value in (arguments if distribution == "choice" else arguments):
-            value = int(value) if distribution == "randint" else value
+    for key, (_, arguments) in space.sampled.items():  # a choice's values, a range's bounds
+        for value in arguments:
             load_stages(task, config_file, [*overrides, override_text(key, value)])
     return base, stages
 

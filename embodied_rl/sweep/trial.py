@@ -13,7 +13,6 @@ below covers the trial function ending any other way while the child still runs.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import subprocess
@@ -21,11 +20,15 @@ import sys
 import time
 from pathlib import Path
 
+from embodied_rl.analysis.runs import SUCCESS_KEY, is_run_dir, load_run
 from embodied_rl.sweep.space import override_text, trial_name
 
 POLL_S = 2.0
 INTERRUPT_GRACE_S = 120.0
-"""A stopped trial's child gets SIGINT (stop checkpoint, workers shut down), then SIGKILL after this long."""
+"""A trial function that ends while its child runs sends it SIGINT (stop checkpoint, workers shut down), then
+SIGKILL after this long."""
+KILL_WAIT_S = 30.0
+"""How long the child may take to exit after SIGKILL."""
 
 
 def _die_with_parent() -> None:
@@ -43,35 +46,21 @@ def _child_env() -> dict:
 
 
 class MetricsTail:
-    """New evaluation rows of a run directory's stages, stages end to end (as ``analysis.runs`` lays them)."""
+    """Evaluations of a run directory not reported yet, read as ``analysis.runs`` reads runs (stages end to end;
+    a line still being written is skipped until it is whole)."""
 
     def __init__(self, run_dir: Path):
-        self.run_dir, self.read = run_dir, {}
+        self.run_dir, self.reported = run_dir, 0
         self.success = None
 
-    def _stages(self) -> list[Path]:
-        if (self.run_dir / "metrics.jsonl").is_file():
-            return [self.run_dir]
-        stages = [p for p in self.run_dir.glob("*-*")
-                  if (p / "metrics.jsonl").is_file() and p.name.split("-")[0].isdigit()]
-        return sorted(stages, key=lambda p: int(p.name.split("-")[0]))
-
     def new_reports(self) -> list[dict]:
-        reports, steps_offset, time_offset = [], 0.0, 0.0
-        for stage in self._stages():
-            text = (stage / "metrics.jsonl").read_text()
-            lines = text.splitlines()
-            rows = [json.loads(line) for line in (lines if text.endswith("\n") else lines[:-1])]  # not a half line
-            for row in rows[self.read.get(stage, 0):]:
-                if "eval/success_once" in row:
-                    self.success = float(row["eval/success_once"])
-                    reports.append({"success": self.success, "env_steps": steps_offset + float(row.get("env_steps", 0)),
-                                    "wall_s": time_offset + float(row.get("time/elapsed_s", 0.0))})
-            self.read[stage] = len(rows)
-            if rows:
-                steps_offset += float(rows[-1].get("env_steps", 0))
-                time_offset += float(rows[-1].get("time/elapsed_s", 0.0))
-        return reports
+        if not is_run_dir(self.run_dir):
+            return []
+        points = load_run(self.run_dir).points(SUCCESS_KEY)
+        fresh, self.reported = points[self.reported:], len(points)
+        if fresh:
+            self.success = fresh[-1][2]
+        return [{"success": value, "env_steps": steps, "wall_s": wall or 0.0} for steps, wall, value in fresh]
 
 
 def run_trial(config: dict, sweep: dict) -> None:
@@ -110,7 +99,7 @@ def run_trial(config: dict, sweep: dict) -> None:
                     child.wait(INTERRUPT_GRACE_S)
                 except subprocess.TimeoutExpired:
                     child.kill()
-                    child.wait()
+                    child.wait(KILL_WAIT_S)  # raises TimeoutExpired naming the child if even SIGKILL did not end it
     if child.returncode != 0:
         line = log_path.read_text().strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"trial {name} failed (exit {child.returncode}; log {log_path}): {line[0]}")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from sim_envs.errors import SimulatorUnavailableError, TaskConfigError
+from sim_envs.option_checks import build_options
 
 OBS_MODES = ("state", "rgb")
 BACKENDS = ("auto", "cpu", "gpu")
@@ -43,21 +44,11 @@ class ManiSkillOptions:
 
     @classmethod
     def parse(cls, overrides: dict) -> "ManiSkillOptions":
-        allowed = {f.name for f in fields(cls)}
-        for key in overrides:
-            if key not in allowed:
-                raise TaskConfigError(f"unknown env option {key!r}; allowed: {', '.join(sorted(allowed))}")
-        options = cls(**overrides)
+        options = build_options(cls, overrides)
         if options.obs_mode not in OBS_MODES:
             raise TaskConfigError(f"obs_mode={options.obs_mode!r} is not supported; allowed: {', '.join(OBS_MODES)}")
         if options.backend not in BACKENDS:
             raise TaskConfigError(f"backend={options.backend!r}; allowed: {', '.join(BACKENDS)}")
-        if options.max_episode_steps is not None and options.max_episode_steps < 1:
-            raise TaskConfigError(f"max_episode_steps must be >= 1, got {options.max_episode_steps}")
-        if options.seed_stride < 0:
-            raise TaskConfigError(f"seed_stride must be >= 0 (0: num_envs), got {options.seed_stride}")
-        if options.render_size < 0:
-            raise TaskConfigError(f"render_size must be >= 0 (0: no rendering), got {options.render_size}")
         return options
 
     def resolved_backend(self) -> str:

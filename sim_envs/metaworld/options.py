@@ -6,9 +6,10 @@ The keys are the ones every simulator family takes from a run's ``env`` section 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from sim_envs.errors import TaskConfigError
+from sim_envs.option_checks import build_options
 
 OBS_MODES = ("state", "rgb")
 CONTROL_MODES = ("ee_delta_pos",)
@@ -60,11 +61,7 @@ class MetaWorldOptions:
 
     @classmethod
     def parse(cls, overrides: dict) -> "MetaWorldOptions":
-        allowed = {f.name for f in fields(cls)}
-        for key in overrides:
-            if key not in allowed:
-                raise TaskConfigError(f"unknown env option {key!r}; allowed: {', '.join(sorted(allowed))}")
-        options = cls(**overrides)
+        options = build_options(cls, overrides)
         _one_of("obs_mode", options.obs_mode, OBS_MODES)
         _one_of("control_mode", options.control_mode, CONTROL_MODES)
         _one_of("reward_mode", options.reward_mode, REWARD_MODES)
@@ -73,14 +70,6 @@ class MetaWorldOptions:
         if options.processes:
             raise TaskConfigError("processes=True is not supported for MetaWorld tasks; allowed: False (envs run in "
                                   "the calling process)")
-        if options.max_episode_steps is not None and options.max_episode_steps < 1:
-            raise TaskConfigError(f"max_episode_steps must be >= 1, got {options.max_episode_steps}")
-        if options.image_size < 1:
-            raise TaskConfigError(f"image_size must be >= 1, got {options.image_size}")
-        if options.render_size < 0:
-            raise TaskConfigError(f"render_size must be >= 0 (0: no rendering), got {options.render_size}")
-        if options.seed_stride < 0:
-            raise TaskConfigError(f"seed_stride must be >= 0 (0: num_envs), got {options.seed_stride}")
         return options
 
     @property
