@@ -50,9 +50,12 @@ def test_workers_added_and_removed_during_a_run_train_on_every_step_once(cluster
     config = load_train_config("maniskill_pushcube", None, CONFIG)
     (tmp_path / "config.yaml").write_text(to_yaml(config))  # as `embodied-rl train` writes it
     seen: list = []
+    # Env workers of earlier tests in the shared Ray may still be exiting (ray.kill does not wait): not this run's.
+    earlier = set(ray_worker_pids("EnvWorker"))
+
     def scale(sizes: dict) -> None:
         request_scale(tmp_path, **sizes)
-        seen.append(len(ray_worker_pids("EnvWorker")))
+        seen.append(len(set(ray_worker_pids("EnvWorker")) - earlier))
 
     thread = threading.Thread(target=act_during_run, daemon=True, args=(
         tmp_path, [(2, {"env": 3, "rollout": 2}), (5, {"env": 2, "rollout": 1})], scale))
