@@ -350,6 +350,11 @@ def dispatch(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "1")
     args = build_parser().parse_args(argv)
+    if argv is None and args.command == "train":
+        from embodied_rl.runtime.driver_session import needs_own_session, run_driver_in_own_session
+
+        if needs_own_session():  # a group-wide SIGTERM must reach the driver, not its Ray (driver_session.py)
+            return run_driver_in_own_session(sys.argv[1:])
     from embodied_rl.runtime.cluster import install_interrupt_handler
 
     install_interrupt_handler()

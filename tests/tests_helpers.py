@@ -15,13 +15,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 class TrackedProcess:
     """A subprocess (the real CLI, or ``args`` as given with ``cli=False``) whose descendants (Ray's daemons and
-    workers) are recorded while it runs."""
+    workers) are recorded while it runs. ``new_session``: in a session (and process group) of its own, as a shell
+    job is, so that a test can signal its whole group."""
 
-    def __init__(self, args: list[str], env: dict | None = None, cwd: Path | None = None, cli: bool = True):
+    def __init__(self, args: list[str], env: dict | None = None, cwd: Path | None = None, cli: bool = True,
+                 new_session: bool = False):
         argv = [sys.executable, "-m", "embodied_rl.cli", *args] if cli else args
         self.popen = subprocess.Popen(argv, cwd=cwd or REPO,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=dict(os.environ, **(env or {})))
+                                      env=dict(os.environ, **(env or {})), start_new_session=new_session)
         self.descendants: set[int] = set()
 
     def poll(self):

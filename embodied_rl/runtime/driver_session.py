@@ -1,0 +1,64 @@
+"""Run ``embodied-rl train``'s driver in a session of its own, so that a stop signal meant for the job reaches the
+driver alone and it can still write its stop checkpoint.
+
+Why: the embedded Ray's daemons (GCS, raylet) and its workers are the driver's children, in the driver's process
+group. Ray blocks SIGINT in them, not SIGTERM, so a SIGTERM sent to the whole group (``timeout``, ``kill -TERM
+-PGID``, a job runner stopping a process group) ended the trainer actor before the driver could ask it for the
+weights, and the run stopped without a stop checkpoint.
+
+How: the command a user starts stays in the caller's process group as a small supervisor; it starts the real
+driver (the same command line) in a new session, and forwards SIGINT and SIGTERM to it (SIGHUP as SIGTERM). The
+driver's Ray is then out of reach of group signals and stops when the driver shuts it down. The driver gets SIGTERM
+if the supervisor dies (``PR_SET_PDEATHSIG``), so ``kill -9`` of the supervisor still stops the run cleanly. The
+exit code is the driver's (128 + N when a signal N ended it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+DRIVER_ENV = "EMBODIED_RL_DRIVER_SESSION"
+"""Set in the driver started by the supervisor (so it does not start another)."""
+
+FORWARDED = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM}
+"""Signal the supervisor gets -> signal it sends the driver."""
+
+
+def needs_own_session() -> bool:
+    """True in a command started by a user (not yet the driver) on Linux, where sessions and PDEATHSIG exist."""
+    return sys.platform.startswith("linux") and not os.environ.get(DRIVER_ENV)
+
+
+def _stop_when_parent_dies() -> None:
+    """In the driver, before exec: SIGTERM when the supervisor dies."""
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def run_driver_in_own_session(argv: list[str]) -> int:
+    """Start ``embodied-rl <argv>`` as the driver in a new session, forward stop signals to it, return its exit
+    code."""
+    started: list[subprocess.Popen] = []
+    pending: list[int] = []  # signals that came before the driver existed
+
+    def forward(signum, frame):
+        if not started:
+            pending.append(signum)
+        elif started[0].poll() is None:
+            started[0].send_signal(FORWARDED[signum])
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    driver = subprocess.Popen([sys.executable, "-m", "embodied_rl.cli", *argv], env={**os.environ, DRIVER_ENV: "1"},
+                              start_new_session=True, preexec_fn=_stop_when_parent_dies)
+    started.append(driver)
+    for signum in pending:
+        forward(signum, None)
+    returncode = driver.wait()
+    return 128 - returncode if returncode < 0 else returncode
