@@ -35,19 +35,26 @@ def parse_memory(text: str) -> float:
     return float(match.group(1))
 
 
+_SHAPES: dict[str, tuple[dict, int]] = {}
+"""Shapes already read, by task and env options: the stages of a recipe share their env (a camera env renders)."""
+
+
 def _shapes(config) -> tuple[dict, int]:
     """The policy's observation arguments and action size, read from one CPU env of the task."""
     import sim_envs
     from embodied_rl.runners.setup import env_options, observation_spec
 
     options = dict(env_options(config), backend="cpu")
-    env = sim_envs.make(config.task, 1, processes=False, seed=0, **options)
-    try:
-        obs = env.reset()
-        shape = {k: v.shape[1:] for k, v in obs.items()} if isinstance(obs, dict) else obs.shape[1:]
-        return observation_spec(shape), int(env.single_action_shape[0])
-    finally:
-        env.close()
+    key = json.dumps([config.task, options], sort_keys=True, default=repr)
+    if key not in _SHAPES:
+        env = sim_envs.make(config.task, 1, processes=False, seed=0, **options)
+        try:
+            obs = env.reset()
+            shape = {k: v.shape[1:] for k, v in obs.items()} if isinstance(obs, dict) else obs.shape[1:]
+            _SHAPES[key] = observation_spec(shape), int(env.single_action_shape[0])
+        finally:
+            env.close()
+    return _SHAPES[key]
 
 
 def embodied_plan(config) -> dict:

@@ -7,25 +7,28 @@ import pytest
 
 from conftest import run_cli
 
+from embodied_rl.cli import main
+
 TINY_VLA = ["--task", "maniskill_pushcube", "--config", "configs/recipes/vla/pushcube_openvla_oft_tiny.yaml"]
 
 
 @pytest.mark.slow
-def test_plan_of_a_staged_vla_recipe_reports_each_stage_and_micro_batches_shrink_activations():
-    whole = run_cli("plan", *TINY_VLA, "--json")
-    assert whole.returncode == 0, whole.stderr[-2000:]
-    plans = json.loads(whole.stdout)
+def test_plan_of_a_staged_vla_recipe_reports_each_stage_and_micro_batches_shrink_activations(capsys):
+    def plan(*overrides) -> list[dict]:  # in this process: the three plans read the task's (camera) env once
+        assert main(["plan", *TINY_VLA, "--json", *overrides]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    plans = plan()
     assert [p["algorithm"] for p in plans] == ["sft", "grpo"]
     rl = plans[1]
     actor, rollout = rl["components"]["actor"], rl["components"]["rollout"]
     assert actor["weights"] == rollout["weights"] > 0 and actor["gradients"] > 0 and actor["optimizer"] == \
         2 * actor["gradients"]  # Adam's two float32 moments of the trained weights
     assert rl["placements"]["collocated"]["fits"]
-    micro = run_cli("plan", *TINY_VLA, "--json", "actor.micro_batch_size=2")
-    small = json.loads(micro.stdout)[1]
+    small = plan("actor.micro_batch_size=2")[1]
     assert small["update_rows"] == 2 < rl["update_rows"]
     assert small["components"]["actor"]["activations"] < actor["activations"]
-    sharded = json.loads(run_cli("plan", *TINY_VLA, "--json", "actor.backend=fsdp", "actor.world_size=2").stdout)[1]
+    sharded = plan("actor.backend=fsdp", "actor.world_size=2")[1]
     part = sharded["components"]["actor"]
     assert sharded["update_rows"] == rl["update_rows"] // 2  # each rank computes its slice of a minibatch
     assert part["optimizer"] == actor["optimizer"] / 2 and part["gradients"] == actor["gradients"] / 2

@@ -30,12 +30,14 @@ MULTI_TURN = ["env.count=60", "env.heldout_count=4", "sft.steps=3", "sft.batch_s
               "torch_threads=1"]
 
 
+# The plain bf16 Qwen2 and the Llama-3 runs only with -m heavy (CI time): the LoRA run resumes a bf16 Qwen2 too, and
+# loading both as published and saving float32 masters as bf16 have their own tests (models/causal_lm).
 @pytest.mark.parametrize("task, overrides", [("math_arith", SMALL),
                                              pytest.param("math_tool", MULTI_TURN, marks=pytest.mark.slow),
                                              pytest.param("math_arith", SMALL + ["model.name=qwen2"],
-                                                          marks=pytest.mark.slow),
+                                                          marks=[pytest.mark.slow, pytest.mark.heavy]),
                                              pytest.param("math_arith", SMALL + ["model.name=llama3"],
-                                                          marks=pytest.mark.slow),
+                                                          marks=[pytest.mark.slow, pytest.mark.heavy]),
                                              pytest.param("math_arith", SMALL + ["model.name=qwen2",
                                                                                  "actor.lora_rank=4"],
                                                           marks=pytest.mark.slow)])
