@@ -5,9 +5,10 @@ node (its own local Ray, sized to the trial's resource request), its evaluations
 Reported: ``success`` (the last ``eval/success_once``), ``env_steps`` (stages end to end), ``wall_s``, ``trial``
 (its name), and once trained to its end ``finished`` (Tune's own ``done`` is true for stopped trials too).
 
-A trial the scheduler stops: Tune ends its actor and Ray ends the actor's child processes with it (the training
-child is killed; its run directory keeps what it wrote: metrics rows, scheduled checkpoints). The child's SIGINT
-below covers the trial function ending any other way while the child still runs.
+A trial the scheduler stops: Tune ends its actor and Ray ends the actor's child processes with it; the training
+command's driver, in a session of its own (``runtime/driver_session.py``), then gets SIGTERM and writes a stop
+checkpoint before it shuts its Ray down. The child's SIGINT below covers the trial function ending any other way
+while the child still runs.
 """
 
 from __future__ import annotations
