@@ -33,8 +33,8 @@ def needs_own_session() -> bool:
     return sys.platform.startswith("linux") and not os.environ.get(DRIVER_ENV)
 
 
-def _stop_when_parent_dies() -> None:
-    """In the driver, before exec: SIGTERM when the supervisor dies."""
+def stop_when_parent_dies() -> None:
+    """In a child, before exec (``preexec_fn``): SIGTERM when the thread that started it dies."""
     try:
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
@@ -56,7 +56,7 @@ def run_driver_in_own_session(argv: list[str]) -> int:
     for signum in FORWARDED:
         signal.signal(signum, forward)
     driver = subprocess.Popen([sys.executable, "-m", "embodied_rl.cli", *argv], env={**os.environ, DRIVER_ENV: "1"},
-                              start_new_session=True, preexec_fn=_stop_when_parent_dies)
+                              start_new_session=True, preexec_fn=stop_when_parent_dies)
     started.append(driver)
     for signum in pending:
         forward(signum, None)

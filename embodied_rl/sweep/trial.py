@@ -13,7 +13,6 @@ while the child still runs.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from embodied_rl.analysis.runs import SUCCESS_KEY, is_run_dir, load_run
+from embodied_rl.runtime.driver_session import stop_when_parent_dies
 from embodied_rl.sweep.space import override_text, trial_name
 
 POLL_S = 2.0
@@ -30,14 +30,6 @@ INTERRUPT_GRACE_S = 120.0
 SIGKILL after this long."""
 KILL_WAIT_S = 30.0
 """How long the child may take to exit after SIGKILL."""
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the thread that started it dies (a trial actor killed outright)."""
-    try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _child_env() -> dict:
@@ -85,7 +77,7 @@ def run_trial(config: dict, sweep: dict) -> None:
     last = {"success": float("nan"), "env_steps": 0.0, "wall_s": 0.0}
     with open(log_path, "w") as log:
         child = subprocess.Popen(command + overrides, stdout=log, stderr=subprocess.STDOUT, env=_child_env(),
-                                 preexec_fn=_die_with_parent)
+                                 preexec_fn=stop_when_parent_dies)  # SIGTERM if the trial actor is killed outright
         try:
             while child.poll() is None:
                 time.sleep(POLL_S)
