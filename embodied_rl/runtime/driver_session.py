@@ -22,7 +22,8 @@ import subprocess
 import sys
 
 DRIVER_ENV = "EMBODIED_RL_DRIVER_SESSION"
-"""Set in the driver started by the supervisor (so it does not start another)."""
+"""Set in the driver started by the supervisor (so it does not start another); set it by hand to run the driver in
+the command's own process (under a debugger or a profiler), without the protection above."""
 
 FORWARDED = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM}
 """Signal the supervisor gets -> signal it sends the driver."""
