@@ -10,7 +10,8 @@ How: the command a user starts stays in the caller's process group as a small su
 driver (the same command line) in a new session, and forwards SIGINT and SIGTERM to it (SIGHUP as SIGTERM). The
 driver's Ray is then out of reach of group signals and stops when the driver shuts it down. The driver gets SIGTERM
 if the supervisor dies (``PR_SET_PDEATHSIG``), so ``kill -9`` of the supervisor still stops the run cleanly. The
-exit code is the driver's (128 + N when a signal N ended it).
+exit code is the driver's (128 + N when a signal N ended it). After a stop signal the driver has
+``STOP_DEADLINE_S`` to exit; then its session (the driver and its Ray) is SIGKILLed with one line saying so.
 """
 
 from __future__ import annotations
@@ -20,10 +21,17 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 DRIVER_ENV = "EMBODIED_RL_DRIVER_SESSION"
 """Set in the driver started by the supervisor (so it does not start another); set it by hand to run the driver in
 the command's own process (under a debugger or a profiler), without the protection above."""
+
+STOP_DEADLINE_S = 600.0
+"""After a stop signal, how long the driver may take to exit (it waits up to 120 s for an update in progress, writes
+the stop checkpoint, shuts its Ray down) before its session is killed."""
+KILL_WAIT_S = 30.0
+"""How long the driver may take to exit after SIGKILL."""
 
 FORWARDED = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM}
 """Signal the supervisor gets -> signal it sends the driver."""
@@ -45,10 +53,19 @@ def stop_when_parent_dies() -> None:
 def run_driver_in_own_session(argv: list[str]) -> int:
     """Start ``embodied-rl <argv>`` as the driver in a new session, forward stop signals to it, return its exit
     code."""
+    return run_in_own_session([sys.executable, "-m", "embodied_rl.cli", *argv])
+
+
+def run_in_own_session(command: list[str], stop_deadline_s: float = STOP_DEADLINE_S) -> int:
+    """Run ``command`` in a new session, forwarding stop signals to it; return its exit code (128 + N when signal N
+    ended it). Until a stop signal it runs as long as the run does; after one, it has ``stop_deadline_s`` to exit, then
+    its session is SIGKILLed (exit 137) with one line saying so."""
     started: list[subprocess.Popen] = []
     pending: list[int] = []  # signals that came before the driver existed
+    stop_requested: list[float] = []
 
     def forward(signum, frame):
+        stop_requested.append(time.monotonic())
         if not started:
             pending.append(signum)
         elif started[0].poll() is None:
@@ -56,10 +73,20 @@ def run_driver_in_own_session(argv: list[str]) -> int:
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
-    driver = subprocess.Popen([sys.executable, "-m", "embodied_rl.cli", *argv], env={**os.environ, DRIVER_ENV: "1"},
-                              start_new_session=True, preexec_fn=stop_when_parent_dies)
+    driver = subprocess.Popen(command, env={**os.environ, DRIVER_ENV: "1"}, start_new_session=True,
+                              preexec_fn=stop_when_parent_dies)
     started.append(driver)
     for signum in pending:
         forward(signum, None)
-    returncode = driver.wait()
-    return 128 - returncode if returncode < 0 else returncode
+    while driver.poll() is None:
+        if stop_requested and time.monotonic() - stop_requested[0] > stop_deadline_s:
+            print(f"error: the run did not stop within {stop_deadline_s:.0f} s of the stop signal (stop checkpoint, "
+                  "then shutdown); killed it and its Ray", file=sys.stderr)
+            os.killpg(driver.pid, signal.SIGKILL)  # the driver leads its session's group: its Ray's daemons too
+            driver.wait(KILL_WAIT_S)  # raises TimeoutExpired naming the command if even SIGKILL did not end it
+            break
+        try:
+            driver.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+    return 128 - driver.returncode if driver.returncode < 0 else driver.returncode
