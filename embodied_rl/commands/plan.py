@@ -36,7 +36,11 @@ def parse_memory(text: str) -> float:
 
 
 _SHAPES: dict[str, tuple[dict, int]] = {}
-"""Shapes already read, by task and env options: the stages of a recipe share their env (a camera env renders)."""
+"""Shapes already read, by task and the env options that can change them: a recipe's stages read them once (a camera
+env renders on CPU, seconds a build)."""
+SHAPE_FREE_OPTIONS = ("max_episode_steps", "ignore_terminations", "reward_mode", "reconfiguration_freq")
+"""Env options that set how episodes run and score, never what an observation or action looks like (stages differ in
+them: RL stages ignore terminations)."""
 
 
 def _shapes(config) -> tuple[dict, int]:
@@ -45,7 +49,8 @@ def _shapes(config) -> tuple[dict, int]:
     from embodied_rl.runners.setup import env_options, observation_spec
 
     options = dict(env_options(config), backend="cpu")
-    key = json.dumps([config.task, options], sort_keys=True, default=repr)
+    key = json.dumps([config.task, {k: v for k, v in options.items() if k not in SHAPE_FREE_OPTIONS}],
+                     sort_keys=True, default=repr)
     if key not in _SHAPES:
         env = sim_envs.make(config.task, 1, processes=False, seed=0, **options)
         try:

@@ -18,7 +18,11 @@ def test_plan_of_a_staged_vla_recipe_reports_each_stage_and_micro_batches_shrink
         assert main(["plan", *TINY_VLA, "--json", *overrides]) == 0
         return json.loads(capsys.readouterr().out)
 
+    from embodied_rl.commands.plan import _SHAPES
+
+    _SHAPES.clear()  # what other tests of this process read
     plans = plan()
+    assert len(_SHAPES) == 1  # the SFT and GRPO stages differ in episode options only: the camera env built once
     assert [p["algorithm"] for p in plans] == ["sft", "grpo"]
     rl = plans[1]
     actor, rollout = rl["components"]["actor"], rl["components"]["rollout"]
