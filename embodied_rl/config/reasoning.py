@@ -131,6 +131,20 @@ class TextActorConfig:
     checkpoint's dtype); generation workers and the saved model get the merged weights. backend single only."""
     lora_alpha: float = 0.0
     """LoRA's alpha (0: 2 x lora_rank)."""
+    micro_batch_size: Optional[int] = None
+    """Rows (responses) per forward/backward pass on each rank: every minibatch slice, and the old and reference
+    log-prob passes, run in micro-batches with the gradient accumulated (the same gradient as one pass; peak
+    activations of one micro-batch). None: one pass per slice."""
+    max_tokens_per_micro_batch: Optional[int] = None
+    """Also close a micro-batch before its rows x its longest row (prompt + response tokens) would pass this
+    (dynamic batches by token count, as verl's ``ppo_max_token_len_per_gpu``). None: no token budget."""
+    activation_checkpointing: bool = False
+    """Recompute the decoder layers in the backward pass instead of keeping their activations (each layer keeps
+    only its input; about a third more compute)."""
+    reference_offload: bool = False
+    """Keep the KL reference (a copy in the checkpoint's dtype) in host memory, on the trainer's GPU only for its
+    log-prob pass, when no gradients exist (single and ddp; under LoRA the reference is the start's adapters and
+    needs no copy)."""
 
 
 @dataclass
@@ -195,6 +209,13 @@ class ReasoningConfig:
     """Threads of the trainer and of each generation worker."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     """Trackers beside metrics.jsonl, as for embodied runs (``embodied_rl/config/logging_section.py``)."""
+
+
+def actor_memory(actor: "TextActorConfig") -> dict:
+    """The LM actor worker's ``memory`` options from ``actor.*``."""
+    return {"micro_batch_size": actor.micro_batch_size, "max_tokens_per_micro_batch":
+            actor.max_tokens_per_micro_batch, "activation_checkpointing": actor.activation_checkpointing,
+            "reference_offload": actor.reference_offload}
 
 
 WEIGHT_SYNCS = ("auto", "broadcast", "object_store")
@@ -302,6 +323,14 @@ def validate_reasoning(c: ReasoningConfig) -> None:
     _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness,
              "0 (synchronous) or 1 (async)")
     _require(c.rollout.num_workers >= 1, "rollout.num_workers", c.rollout.num_workers, "an integer >= 1")
+    for key in ("micro_batch_size", "max_tokens_per_micro_batch"):
+        value = getattr(c.actor, key)
+        _require(value is None or value >= 1, f"actor.{key}", value, "null or an integer >= 1")
+    _require(not c.actor.reference_offload or c.actor.backend in ("single", "ddp"), "actor.reference_offload",
+             c.actor.reference_offload, "false with actor.backend fsdp or megatron (their reference is sharded)")
+    _require(not c.actor.activation_checkpointing or c.actor.backend != "megatron",
+             "actor.activation_checkpointing", c.actor.activation_checkpointing,
+             "false with actor.backend=megatron (its layers are not Hugging Face's)")
     _require(c.actor.lora_rank >= 0, "actor.lora_rank", c.actor.lora_rank, "an integer >= 0 (0: no LoRA)")
     _require(not c.actor.lora_rank or c.actor.backend == "single", "actor.backend", c.actor.backend,
              "single with actor.lora_rank > 0 (LoRA is not yet sharded or tensor-parallel)")

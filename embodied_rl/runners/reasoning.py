@@ -27,7 +27,8 @@ import torch
 
 import sim_envs
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
-from embodied_rl.config.reasoning import ReasoningConfig, reasoning_yaml, rl_learning_rate, text_placement
+from embodied_rl.config.reasoning import (ReasoningConfig, actor_memory, reasoning_yaml, rl_learning_rate,
+                                          text_placement)
 from embodied_rl.runners.heldout_metrics import greedy_summary, sampled_summary, training_lengths
 from embodied_rl.runners.loop import Round, Schedule, TrainingLoop
 from embodied_rl.runners.text_workers import GenerationRound, TextWorkers
@@ -89,6 +90,7 @@ class ReasoningRunner:
             actor = WorkerGroup(LMActorWorker, "lm-actor", c.actor.world_size, cpus_per_worker=share, model=model,
                                 algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
                                 lora={"rank": c.actor.lora_rank, "alpha": c.actor.lora_alpha},
+                                memory=actor_memory(c.actor),
                                 torch_threads=c.torch_threads, **slots("actor"))
             self.env, self.actor = env.workers[0], actor
             self.workers = TextWorkers(c, self.env, generation, actor)

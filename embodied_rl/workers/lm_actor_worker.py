@@ -8,7 +8,13 @@ full batch, at the same time; each draws the same minibatch rows (same seed, che
 slice of each minibatch with the loss scaled so that the averaged gradient is the single-process gradient
 (``engines/training/data_parallel.py``), and rank 0 returns the metrics of the whole batch and the whole model.
 With ``backend: megatron`` the N workers are instead the tensor-parallel ranks of one Megatron copy of the model,
-each training on the whole minibatch (``engines/training/megatron_engine.py``). ``sft_update``,
+each training on the whole minibatch (``engines/training/megatron_engine.py``).
+
+Memory (``memory={micro_batch_size, max_tokens_per_micro_batch, activation_checkpointing, reference_offload}``, the
+``actor.*`` keys): every pass over rows (the trainer's minibatch slices, the old and reference log-probs) runs in
+micro-batches with the gradient accumulated exactly (``engines/training/micro_batches.py``); the decoder layers can
+be recomputed in the backward pass; the KL reference is the cheapest of ``workers/lm_reference.py``'s forms.
+``sft_update``,
 ``sft_update_ids``, ``rl_update``, ``get_weights``, ``training_state`` and ``save_pretrained`` are collective: call
 them on every rank concurrently, in the same order."""
 
@@ -22,21 +28,29 @@ import torch
 
 from embodied_rl.algorithms import text_rl
 from embodied_rl.engines.training import DataParallelConfig, DataParallelEngine
+from embodied_rl.engines.training.micro_batches import accumulation_weight, micro_batches, pad_passes
 from embodied_rl.models.causal_lm.chat import answer_ids, build_lm, padding_id, prompt_ids
 from embodied_rl.models.causal_lm.logprobs import response_logprobs
 from embodied_rl.models.causal_lm.lora import add_lora, merged_state_dict
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
+from embodied_rl.workers.lm_reference import KLReference
 from embodied_rl.workers.messages import POLICY_VERSION_KEY
 from embodied_rl.workers.weights import as_tensor, host_weights
 
 
 class LMActorWorker(Worker):
     def __init__(self, model: dict, algorithm: text_rl.TextRLConfig, seed: int = 0,
-                 data_parallel: dict | None = None, lora: dict | None = None, **kwargs):
+                 data_parallel: dict | None = None, lora: dict | None = None, memory: dict | None = None,
+                 **kwargs):
         super().__init__(**kwargs)
         torch.manual_seed(seed)
+        memory = dict(memory or {})
+        self.micro_batch_size = memory.get("micro_batch_size")
+        self.max_tokens_per_micro_batch = memory.get("max_tokens_per_micro_batch")
         self.model, self.tokenizer = build_lm(model["name"], model.get("seed", 0))
+        if memory.get("activation_checkpointing"):
+            enable_activation_checkpointing(self.model)
         self.prompt = dict(prompt_format=model.get("prompt_format", "chat"),
                            template=model.get("prompt_template", "{question}"))
         # Mixed precision: a bf16 checkpoint trains on float32 master weights, its forward under autocast to bf16.
@@ -63,11 +77,12 @@ class LMActorWorker(Worker):
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-3,
                                            weight_decay=0.0)
         self.generator = torch.Generator().manual_seed(seed + 1000)
-        self.reference = None
+        self.reference = KLReference(self.engine, self.model, self.compute_dtype, self.device, self.lora,
+                                     bool(memory.get("reference_offload")))
         self.policy_version = 0
         self.pad_id = padding_id(self.tokenizer)
         # Between its turns on a device shared with generation: the model, its gradients and AdamW's state go to
-        # host memory (the KL reference, made at the first update that needs it, stays).
+        # host memory (the KL reference, made at the first update that needs it, stays where it is).
         self.offloader = Offloader([self.model], [self.optimizer])
 
     def offload(self) -> MoveReport:
@@ -113,13 +128,39 @@ class LMActorWorker(Worker):
         with torch.autocast(device_type=self.device.type, dtype=self.compute_dtype, enabled=self.mixed_precision):
             return response_logprobs(model, prompts, responses, self.pad_id, temperature)
 
-    def _step(self, loss: torch.Tensor, lr: float, max_grad_norm: float) -> float:
+    def _passes(self, rows: list[int], tokens: list[int], agree: bool = True) -> list[list[int]]:
+        """``rows`` (``tokens[i]``: row ``rows[i]``'s prompt + response tokens) cut into micro-batches by
+        ``micro_batch_size`` and ``max_tokens_per_micro_batch``; ``agree``: padded with empty passes to the largest
+        count over the ranks (each pass's forward and backward is collective)."""
+        passes = micro_batches(rows, tokens, self.micro_batch_size, self.max_tokens_per_micro_batch)
+        if agree and self.engine.distributed and self.engine.world_size > 1:
+            counts = [0.0] * self.engine.world_size
+            counts[self.engine.rank] = float(len(passes))
+            passes = pad_passes(passes, int(max(self.engine.all_reduce_sum(counts))))
+        return passes
+
+    def _logprobs_in_passes(self, model, prompts: list[list[int]], responses: list[list[int]],
+                            temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``_logprobs`` (no gradients) over all rows, computed micro-batch by micro-batch: ``[N, L]`` log-probs and
+        mask, L the longest response."""
+        width = max((len(r) for r in responses), default=0)
+        logp = torch.zeros(len(responses), width, device=self.device)
+        mask = torch.zeros(len(responses), width, device=self.device)
+        tokens = [len(p) + len(r) for p, r in zip(prompts, responses)]
+        for rows in self._passes(list(range(len(responses))), tokens, agree=False):
+            part, part_mask = self._logprobs(model, [prompts[i] for i in rows], [responses[i] for i in rows],
+                                             temperature)
+            logp[rows, :part.shape[1]] = part.float()
+            mask[rows, :part.shape[1]] = part_mask
+        return logp, mask
+
+    def _apply(self, lr: float, max_grad_norm: float) -> float:
+        """Clip the accumulated gradients and take the optimizer step; the norm before clipping."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
         norm = self.engine.clip_grad_norm_(max_grad_norm)
         self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         return norm
 
     def _local_rows(self, rows: list[int], denominator) -> tuple[list[int], float | None]:
@@ -153,16 +194,22 @@ class LMActorWorker(Worker):
             rows_drawn = [pool[j] for j in torch.randint(len(pool), (min(batch_size, len(pool)),),
                                                          generator=self.generator).tolist()]
             rows, scale = self._local_rows(rows_drawn, lambda idx: sum(counts[i] for i in idx))
-            rows = rows or rows_drawn[:1]  # an empty slice still runs the collective forward and backward, at 0
-            logp, mask = self._logprobs(self.engine.module, [examples[i]["prompt_ids"] for i in rows],
-                                        [examples[i]["token_ids"] for i in rows])
-            mask = mask * token_mask([masks[i] for i in rows], mask.shape[1]).to(mask.device)
-            loss = -(logp * mask).sum() / mask.sum()
-            if scale is not None:
-                loss = loss * scale
-            self._step(loss, lr, 1.0)
+            local_total = sum(counts[i] for i in rows)
+            loss_sum = 0.0
+            for part in self._passes(rows, [len(examples[i]["prompt_ids"]) + int(lengths[i]) for i in rows]):
+                # an empty pass still runs the collective forward and backward, at weight 0
+                idx = part or rows_drawn[:1]
+                weight = accumulation_weight(sum(counts[i] for i in part), local_total, 1.0 if scale is None else
+                                             scale)
+                logp, mask = self._logprobs(self.engine.module, [examples[i]["prompt_ids"] for i in idx],
+                                            [examples[i]["token_ids"] for i in idx])
+                mask = mask * token_mask([masks[i] for i in idx], mask.shape[1]).to(mask.device)
+                loss = -(logp * mask).sum() / mask.sum() * weight
+                loss.backward()
+                loss_sum += loss.item()
+            self._apply(lr, 1.0)
             # Data parallel: the ranks' scaled losses sum, divided by world_size, to the whole minibatch's loss.
-            losses.append(loss.item() if scale is None else loss.item() / self.engine.world_size)
+            losses.append(loss_sum if scale is None else loss_sum / self.engine.world_size)
         if self.engine.distributed:
             losses = self.engine.all_reduce_sum(losses)
         self.policy_version += 1
@@ -203,58 +250,64 @@ class LMActorWorker(Worker):
         def denominator(idx: list[int]) -> float:
             return aggregation_denominator(agg, [counts[i] for i in idx], [len(responses[i]) for i in idx])
 
-        plan = [[self._local_rows(part.tolist(), denominator)
-                 for part in torch.chunk(torch.randperm(len(rows), generator=self.generator), num_minibatches)]
-                for _ in range(update_rounds)]
-        needed = sorted({i for round_plan in plan for idx, _ in round_plan for i in idx} or {0})
+        minibatches = [[part.tolist() for part in torch.chunk(torch.randperm(len(rows), generator=self.generator),
+                                                             num_minibatches)] for _ in range(update_rounds)]
+        plan = [[(minibatch, *self._local_rows(minibatch, denominator)) for minibatch in round_minibatches]
+                for round_minibatches in minibatches]
+        needed = sorted({i for round_plan in plan for _, idx, _ in round_plan for i in idx} or {0})
         at = {row: j for j, row in enumerate(needed)}
+        needed_prompts, needed_responses = [prompts[i] for i in needed], [responses[i] for i in needed]
         with torch.no_grad():
-            old, mask = self._logprobs(self.model, [prompts[i] for i in needed], [responses[i] for i in needed],
-                                       temperature)
+            old, mask = self._logprobs_in_passes(self.model, needed_prompts, needed_responses, temperature)
             if loss_mask is not None:
                 mask = mask * token_mask([loss_mask[rows[i]] for i in needed], mask.shape[1]).to(mask.device)
             ref = None
             if config.kl_coef > 0:
-                if self.reference is None:  # the model as RL starts (the SFT result)
-                    self.reference = self.engine.frozen_copy()
-                ref, _ = self._logprobs(self.reference, [prompts[i] for i in needed],
-                                        [responses[i] for i in needed], temperature)
+                if not self.reference.captured:  # the model as RL starts (the SFT result)
+                    self.reference.capture()
+                with self.reference.module() as reference:
+                    ref, _ = self._logprobs_in_passes(reference, needed_prompts, needed_responses, temperature)
         sums: dict = {}
         steps = weight_total = 0
+        loss_total = norm_total = 0.0
+        tokens = [len(p) + len(r) for p, r in zip(prompts, responses)]
         for round_plan in plan:
-            for local, scale in round_plan:
-                idx = local or [needed[0]]  # an empty slice still runs the collective forward and backward, at 0
-                logp, _ = self._logprobs(self.engine.module, [prompts[i] for i in idx],
-                                         [responses[i] for i in idx], temperature)
-                sel, w = [at[i] for i in idx], logp.shape[1]
-                loss, loss_metrics = text_rl.loss(logp, old[sel][:, :w], mask[sel][:, :w], adv[idx], config,
-                                                  ref[sel][:, :w] if ref is not None else None, rollout[idx][:, :w])
-                if scale is not None:
-                    loss = loss * scale
-                loss_metrics["grad_norm"] = self._step(loss, lr, max_grad_norm)
-                loss_metrics["loss"] = loss.item()
-                if scale is not None:  # summed over ranks below: the minibatch's loss, the rest weighted by rows
-                    weight = len(local)
-                    loss_metrics = {k: v * weight for k, v in loss_metrics.items()}
-                    loss_metrics["loss"] = loss.item() / self.engine.world_size
-                    weight_total += weight
-                for k, v in loss_metrics.items():
-                    sums[k] = sums.get(k, 0.0) + v
+            for minibatch, local, scale in round_plan:
+                local_total = denominator(local)
+                for part in self._passes(local, [tokens[i] for i in local]):
+                    # an empty pass still runs the collective forward and backward, at weight 0
+                    idx = part or [needed[0]]
+                    weight = accumulation_weight(denominator(part), local_total, 1.0 if scale is None else scale)
+                    logp, _ = self._logprobs(self.engine.module, [prompts[i] for i in idx],
+                                             [responses[i] for i in idx], temperature)
+                    sel, w = [at[i] for i in idx], logp.shape[1]
+                    loss, loss_metrics = text_rl.loss(logp, old[sel][:, :w], mask[sel][:, :w], adv[idx], config,
+                                                      ref[sel][:, :w] if ref is not None else None,
+                                                      rollout[idx][:, :w])
+                    loss = loss * weight
+                    loss.backward()
+                    # the passes' weighted losses add up to the slice's (scaled) loss; the rest weighted by rows
+                    loss_total += loss.item() / (self.engine.world_size if scale is not None else 1)
+                    for k, v in loss_metrics.items():
+                        sums[k] = sums.get(k, 0.0) + v * len(part)
+                    weight_total += len(part)
+                norm_total += self._apply(lr, max_grad_norm)
                 steps += 1
         self.policy_version += 1
         if not self.engine.distributed:
             diff = (((old - rollout).abs() * mask).sum() / mask.sum()).item()
-            metrics.update({f"train/{k}": v / steps for k, v in sums.items()})
         else:
             # The first round's slices partition the rows across ranks: the difference over each row once.
-            own_rows = [i for local, _ in plan[0] for i in local]
+            own_rows = [i for _, local, _ in plan[0] for i in local]
             own = [at[i] for i in own_rows]
             gap = ((old[own] - rollout[own_rows][:, :old.shape[1]]).abs() * mask[own]).sum().item()
             keys = sorted(sums)
-            *totals, weight_total, gap, tokens = self.engine.all_reduce_sum(
-                [sums[k] for k in keys] + [weight_total, gap, mask[own].sum().item()])
-            metrics.update({f"train/{k}": v / (steps if k == "loss" else weight_total) for k, v in zip(keys, totals)})
-            diff = gap / tokens
+            *totals, weight_total, gap, token_count, loss_total = self.engine.all_reduce_sum(
+                [sums[k] for k in keys] + [weight_total, gap, mask[own].sum().item(), loss_total])
+            sums = dict(zip(keys, totals))
+            diff = gap / token_count
+        metrics.update({f"train/{k}": v / weight_total for k, v in sums.items()})
+        metrics.update({"train/loss": loss_total / steps, "train/grad_norm": norm_total / steps})
         metrics.update({"train/gradient_steps": steps, "train/policy_version": self.policy_version,
                         "train/rollout_trainer_logp_diff": diff, "time/update_s": time.perf_counter() - start})
         return metrics
@@ -264,10 +317,8 @@ class LMActorWorker(Worker):
         Under FSDP the optimizer state is keyed by parameter name (``engine.optimizer_state_dict``)."""
         optimizer = self.engine.optimizer_state_dict(self.optimizer) if self.engine.distributed else \
             self.optimizer.state_dict()
-        reference = None  # the KL reference, once RL made it (a resumed run must not take the resumed weights)
-        if self.reference is not None and self.resumable:
-            reference = self.engine.full_state_dict(self.reference)
-            reference = None if reference is None else {k: v.detach().cpu().clone() for k, v in reference.items()}
+        # the KL reference, once RL made it (a resumed run must not take the resumed weights)
+        reference = self.reference.state() if self.resumable else None
         if self.lora:  # the adapters beside the frozen base, as trained (the merged weights would not resume)
             weights = (host_weights(self.model),)  # LoRA runs have one trainer process
         else:
@@ -293,11 +344,7 @@ class LMActorWorker(Worker):
         tensors = {name: as_tensor(value).to(self.device) for name, value in weights.items()}
         self.engine.load_full_state_dict(tensors)
         self.engine.load_optimizer_state_dict(self.optimizer, state["optimizer"])
-        self.reference = None
-        if state.get("reference") is not None:
-            self.reference = self.engine.frozen_copy()
-            self.engine.load_full_state_dict({k: v.to(self.device) for k, v in state["reference"].items()},
-                                             self.reference)
+        self.reference.load(state.get("reference"))
         torch.set_rng_state(state["torch_rng"])
         self.generator.set_state(state["shuffle_rng"])
         self.policy_version = int(state["policy_version"])
@@ -313,6 +360,16 @@ class LMActorWorker(Worker):
             return None
         state = merged_state_dict(model) if self.lora else None
         return str(save_causal_lm(model, self.tokenizer, directory, self.compute_dtype, state))
+
+
+def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Recompute ``model``'s decoder layers in the backward pass (non-reentrant: works under autocast, with frozen
+    inputs and with LoRA) instead of keeping their activations."""
+    options = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # the name in newer transformers
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
 
 
 def trained_tokens(loss_mask: list[list[int]], lengths: torch.Tensor) -> torch.Tensor:

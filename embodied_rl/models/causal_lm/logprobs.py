@@ -1,10 +1,12 @@
 """The trainer's side of a sampled response: each response token's log-prob under the model being trained.
 
-Hugging Face models are scored without full-vocabulary logits: the decoder's final hidden states of the response
-positions go through the output layer in chunks of ``CHUNK_TOKENS`` tokens, each chunk's float32 log-softmax
+Hugging Face models are scored without full-vocabulary logits: the decoder's final hidden state (only the last
+layer's, taken by a forward hook on the decoder: ``output_hidden_states`` would keep every layer's) of the response
+positions goes through the output layer in chunks of ``CHUNK_TOKENS`` tokens, each chunk's float32 log-softmax
 recomputed in the backward pass (activation checkpointing) instead of kept, so no ``[B, T, V]`` tensor exists (V is
-~152k for Qwen: 2.4 GB per 4k tokens in float32). Other models (Megatron's) give their logits and are scored from
-them."""
+~152k for Qwen: 2.4 GB per 4k tokens in float32). The model may be wrapped (DDP's ``module``, FSDP2's class swap):
+the forward still runs through the wrapper, so its gradient hooks fire. Other models (Megatron's) give their logits
+and are scored from them."""
 
 from __future__ import annotations
 
@@ -37,11 +39,11 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
     positions = torch.tensor([len(p) - 1 + j for p, r in zip(prompts, responses) for j in range(len(r))],
                              dtype=torch.long)
     targets = torch.tensor([t for r in responses for t in r], dtype=torch.long, device=device)
-    head = None if full_logits or not hasattr(model, "get_output_embeddings") else model.get_output_embeddings()
+    inner = getattr(model, "module", model)  # DDP keeps the model as .module
+    head = None if full_logits or not hasattr(inner, "get_decoder") else inner.get_output_embeddings()
     if head is not None:
-        out = model(input_ids=ids.to(device), attention_mask=attention.to(device), output_hidden_states=True,
-                    logits_to_keep=1)
-        hidden = out.hidden_states[-1][rows.to(device), positions.to(device)]  # [N, H], N response tokens
+        hidden = _last_hidden_state(model, inner.get_decoder(), ids.to(device), attention.to(device))  # [B, W, H]
+        hidden = hidden[rows.to(device), positions.to(device)]  # [N, H], N response tokens
         chosen = _chunked_logprobs(head, hidden, targets, scale)
     else:
         logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits  # [B, W, V]
@@ -52,6 +54,22 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
     mask = torch.zeros(len(prompts), longest, device=device)
     mask[rows.to(device), columns.to(device)] = 1
     return logp, mask
+
+
+def _last_hidden_state(model, decoder, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+    """``[B, W, H]``: the decoder's output (after its final norm) of a forward of ``model`` (the output layer sees
+    the last position only)."""
+    captured = []
+
+    def keep(module, args, output):
+        captured.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+
+    handle = decoder.register_forward_hook(keep)
+    try:
+        model(input_ids=ids, attention_mask=attention, logits_to_keep=1, use_cache=False)
+    finally:
+        handle.remove()
+    return captured[-1]
 
 
 def _token_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, scale: float) -> torch.Tensor:
