@@ -231,18 +231,22 @@ def weight_sync(config: "ReasoningConfig") -> str:
     return "object_store" if takes_turns(config) else "broadcast"
 
 
-def text_placement(config: "ReasoningConfig"):
+def text_placement(config: "ReasoningConfig", gpus_planned: int | None = None):
     """``(Placement, slots_are_gpus)`` of a text run's components (env, rollout, actor), or ``(None, ...)`` without
     ``placement.components`` (Ray places the workers, nothing is pinned, nothing takes turns); ConfigError naming
-    the key for a bad map."""
+    the key for a bad map. ``gpus_planned``: the slots are that many GPUs (``embodied-rl plan --gpus``), not this
+    machine's."""
     import os
 
     import torch
 
     from embodied_rl.runtime.placement import PlacementError, build_placement
 
-    gpus = torch.cuda.is_available()
-    kind, available = ("GPU", torch.cuda.device_count()) if gpus else ("core", os.cpu_count() or 1)
+    gpus = gpus_planned is not None or torch.cuda.is_available()
+    if gpus_planned is not None:
+        kind, available = "GPU", gpus_planned
+    else:
+        kind, available = ("GPU", torch.cuda.device_count()) if gpus else ("core", os.cpu_count() or 1)
     slots = config.placement.slots or available
     if slots > available:
         raise ConfigError(f"placement.slots={slots} is out of range; allowed: at most the {available} {kind}s here")
@@ -255,9 +259,9 @@ def text_placement(config: "ReasoningConfig"):
         raise ConfigError(str(error)) from None
 
 
-def takes_turns(config: "ReasoningConfig") -> bool:
+def takes_turns(config: "ReasoningConfig", gpus_planned: int | None = None) -> bool:
     """Whether generation (rollout) and training (actor) share a slot, and so take turns."""
-    placement, _ = text_placement(config)
+    placement, _ = text_placement(config, gpus_planned)
     return placement is not None and bool(set(placement.slots["rollout"]) & set(placement.slots["actor"]))
 
 
@@ -292,12 +296,12 @@ def _require(condition: bool, key: str, value, allowed: str) -> None:
         raise ConfigError(f"{key}={value!r} is out of range; allowed: {allowed}")
 
 
-def validate_reasoning(c: ReasoningConfig) -> None:
+def validate_reasoning(c: ReasoningConfig, gpus_planned: int | None = None) -> None:
     validate_logging(c.logging)
     _require(not c.placement.nodes, "placement.nodes", dict(c.placement.nodes), "{} for a text run (it runs its "
              "workers where Ray places them; placement.components chooses their slots)")
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
-    if takes_turns(c):
+    if takes_turns(c, gpus_planned):
         _require(c.rollout.engine == "hf" or c.placement.offload == "never", "placement.offload",
                  c.placement.offload, "never with rollout.engine other than hf on slots shared with the trainer "
                  "(vLLM and SGLang keep their own weights)")
@@ -374,9 +378,9 @@ def validate_reasoning(c: ReasoningConfig) -> None:
 
 
 def load_reasoning_config(task: str | None, config_file: str | None, overrides: list[str],
-                          saved: bool = False) -> ReasoningConfig:
+                          saved: bool = False, gpus_planned: int | None = None) -> ReasoningConfig:
     """The recipe, then ``config_file`` (``saved``: a run's own config.yaml, whose renamed keys are translated),
-    then ``overrides``."""
+    then ``overrides``; ``gpus_planned``: placement slots checked against that many GPUs (``embodied-rl plan``)."""
     from embodied_rl.config.loader import _load_yaml, _one_line, task_recipe
     from embodied_rl.config.renamed import refuse_renamed, upgrade_saved
 
@@ -402,7 +406,7 @@ def load_reasoning_config(task: str | None, config_file: str | None, overrides: 
         config: ReasoningConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as error:
         raise ConfigError(_one_line(error)) from None
-    validate_reasoning(config)
+    validate_reasoning(config, gpus_planned)
     return config
 
 

@@ -1,0 +1,35 @@
+"""``embodied-rl plan`` for text tasks against memory measured on this CPU: every planned peak (the trainer rank
+and the generation worker) within 25% of the peak torch's MemTracker sees for the ``tiny`` and ``small`` LMs, with
+and without the memory features; a plan that ignored micro-batches would be far off (the check can fail)."""
+
+import pytest
+
+from embodied_rl.commands.plan_text import text_plan
+from embodied_rl.commands.plan_text_measure import measured_generation_peak, measured_trainer_peak
+from embodied_rl.config.reasoning import load_reasoning_config
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PROMPT_TOKENS = 96
+BASE = ["rl.prompts_per_iteration=4", "algorithm.group_size=8", "rollout.max_new_tokens=64", "rl.num_minibatches=2"]
+
+
+def planned(config) -> tuple[float, float]:
+    parts = text_plan(config, PROMPT_TOKENS)["components"]
+    return sum(parts["trainer rank"].values()), sum(parts["generation"].values())
+
+
+@pytest.mark.parametrize("size", ["tiny", "small"])
+@pytest.mark.parametrize("features", [[], ["actor.micro_batch_size=4", "actor.activation_checkpointing=true",
+                                            "algorithm.kl_coef=0.01"]])
+def test_planned_peaks_are_within_a_quarter_of_measured(size, features):
+    config = load_reasoning_config("math_arith", None, [f"model.name={size}", *BASE, *features])
+    trainer, generation = planned(config)
+    measured_trainer = measured_trainer_peak(config, PROMPT_TOKENS)
+    measured_generation = measured_generation_peak(config, PROMPT_TOKENS)
+    assert 0.75 <= trainer / measured_trainer <= 1.25, (trainer, measured_trainer)
+    assert 0.75 <= generation / measured_generation <= 1.25, (generation, measured_generation)
+    if features:  # the same run planned as if its micro-batches were not there: outside the band
+        whole = load_reasoning_config("math_arith", None, [f"model.name={size}", *BASE, *features,
+                                                           "actor.micro_batch_size=null"])
+        assert planned(whole)[0] / measured_trainer > 1.25
