@@ -59,20 +59,25 @@ def train_bpe_tokenizer(architecture: str, vocab_size: int = 512, corpus: list[s
 
 
 def write_tiny_checkpoint(directory: str | Path, architecture: str = "qwen2", dtype: str = "bfloat16",
-                          generation_config: dict | None = None, seed: int = 0) -> Path:
+                          generation_config: dict | None = None, seed: int = 0, size: dict | None = None) -> Path:
     """Write a randomly initialised tiny ``architecture`` model and its BPE tokenizer to ``directory`` by
     ``save_pretrained`` (weights in ``dtype``); ``generation_config``: sampling defaults written to
-    ``generation_config.json`` as a published checkpoint ships them. Returns the directory."""
+    ``generation_config.json`` as a published checkpoint ships them; ``size``: the model's sizes instead of the tiny
+    ones (e.g. a published model's ``hidden_size``, ``num_hidden_layers``, ... and ``vocab_size``: rows past the
+    tokenizer's own tokens are there, as in Qwen's padded embedding). Returns the directory."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = train_bpe_tokenizer(architecture)
     ids = dict(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
                pad_token_id=tokenizer.pad_token_id)
+    sizes = {**SIZE, **ids, **(size or {})}
+    if sizes["vocab_size"] < len(tokenizer):
+        raise ValueError(f"vocab_size={sizes['vocab_size']} is below the tokenizer's {len(tokenizer)} tokens")
     if architecture == "qwen2":
-        config, model_class = Qwen2Config(**SIZE, **ids, rope_theta=1e6), Qwen2ForCausalLM
+        config, model_class = Qwen2Config(**sizes, rope_theta=1e6), Qwen2ForCausalLM
     else:
-        config, model_class = LlamaConfig(**SIZE, **ids, rope_theta=5e5), LlamaForCausalLM
+        config, model_class = LlamaConfig(**sizes, rope_theta=5e5), LlamaForCausalLM
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_class(config)
