@@ -4,7 +4,9 @@ the LM actor and the HF generation worker do to it, each step asserted:
 
   float32 master weights, chunked log-probs under autocast to bf16 against the full-logits path, backward and an
   AdamW step that moves the weights; LoRA adapters whose merged weights give the LoRA model's logits; HF sampling from
-  a checkpoint whose generation_config sets a repetition penalty, whose log-probs equal the trainer's (float32).
+  a checkpoint whose generation_config sets a repetition penalty, whose log-probs equal the trainer's (float32);
+  the trainer's memory features at a published shape (Qwen2.5-0.5B-Instruct's, random weights): micro-batched,
+  checkpointed passes under bf16 autocast give the one-pass gradient and a lower peak (torch.cuda's own count).
 
 One PASS/FAIL line per check; exit 1 on a failure. ``PYTHONPATH=. python scripts/gpu_lm_checks.py``."""
 
@@ -83,6 +85,53 @@ def check_generation_config(directory: Path) -> str:
     return f"repetition penalty 2 in generation_config: sampler vs trainer log-probs {difference:.1e} (float32)"
 
 
+def check_micro_batches(directory: Path) -> str:
+    """Qwen2.5-0.5B's shape, float32 masters, bf16 autocast, 16 rows of 256 + 256 tokens: the token-mean loss's
+    gradient in one pass against 4 checkpointed micro-batches of 4 (each weighted by its share of the tokens)."""
+    import json
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from embodied_rl.engines.training.micro_batches import accumulation_weight, micro_batches
+
+    shape = Path("embodied_rl/configs/recipes/reasoning/shapes/qwen2.5-0.5b-instruct/config.json")
+    config = AutoConfig.for_model(**{k: v for k, v in json.loads(shape.read_text()).items()
+                                     if k not in ("architectures", "torch_dtype")})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).to(device=DEVICE, dtype=torch.float32).train()
+    rows = 16
+    prompts = [torch.randint(10, 1000, (256,)).tolist() for _ in range(rows)]
+    responses = [torch.randint(10, 1000, (128 + 8 * i,)).tolist() for i in range(rows)]
+    total = sum(len(r) for r in responses)
+
+    def gradient(passes, checkpointing: bool) -> tuple[dict, float]:
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_disable()
+        model.zero_grad(set_to_none=True)
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        for part in passes:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logp, mask = logprobs.response_logprobs(model, [prompts[i] for i in part],
+                                                        [responses[i] for i in part], 0)
+            loss = -(logp * mask).sum() / mask.sum()
+            (loss * accumulation_weight(mask.sum().item(), total)).backward()
+        peak = (torch.cuda.max_memory_allocated() - base) / 2 ** 30
+        return {n: p.grad.detach().clone() for n, p in model.named_parameters()}, peak
+
+    whole, whole_peak = gradient([list(range(rows))], False)
+    parts = micro_batches(list(range(rows)), [len(p) + len(r) for p, r in zip(prompts, responses)], max_rows=4)
+    split, split_peak = gradient(parts, True)
+    scale = max(float(g.abs().max()) for g in whole.values())
+    difference = max(float((whole[n] - split[n]).abs().max()) for n in whole) / scale
+    assert difference < 5e-2, f"micro-batched gradient differs from the one-pass gradient by {difference:.2e}"
+    assert split_peak < 0.5 * whole_peak, f"peak {split_peak:.2f} GiB micro-batched vs {whole_peak:.2f} in one pass"
+    return (f"Qwen2.5-0.5B shape, 16 rows: gradient difference {difference:.1e} of its largest entry; peak above "
+            f"the weights {whole_peak:.2f} GiB in one pass, {split_peak:.2f} GiB in 4 checkpointed micro-batches")
+
+
 if __name__ == "__main__":
     if not torch.cuda.is_available():
         print("no CUDA device: LM checks skipped")
@@ -93,7 +142,8 @@ if __name__ == "__main__":
                                  generation_config=dict(repetition_penalty=2.0, top_k=3, do_sample=True))
     failed = False
     for name, check, directory in (("mixed precision", check_mixed_precision, bf16), ("lora", check_lora, bf16),
-                                   ("generation config", check_generation_config, fp32)):
+                                   ("generation config", check_generation_config, fp32),
+                                   ("micro-batches at 0.5B", check_micro_batches, bf16)):
         try:
             print(f"PASS {name}: {check(directory)}", flush=True)
         except Exception as error:  # report and go on

@@ -45,12 +45,9 @@ def run_train(task: str | None, config_file: str | None, overrides: list[str], r
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ConfigError(f"--retries={retries!r} is out of range; allowed: an integer >= 0")
     if is_text_task(task or (saved_task(Path(run_dir)) if resume and run_dir else None)):
-        if retries:
-            raise ConfigError(f"--retries={retries}: text tasks cannot retry yet; allowed: 0 (after a failure, "
-                              "`embodied-rl train --run-dir D --resume` continues the run)")
         if ray_address:
             overrides = [*overrides, f"cluster.address={ray_address}"]
-        return run_reasoning_train(task, config_file, overrides, run_dir, resume)
+        return run_reasoning_train(task, config_file, overrides, run_dir, resume, retries)
     if ray_address:
         overrides = [*overrides, f"cluster.address={ray_address}"]
     if run_dir:

@@ -1,10 +1,17 @@
 """``embodied-rl train --task math_arith`` (any text task): resolve the reasoning config, create the run directory,
 train a causal LM (SFT, then the GRPO-family algorithm), write ``summary.json``. A task whose env is multi-turn
-(``math_tool``) runs ``MultiTurnReasoningRunner``, single-turn ones ``ReasoningRunner``."""
+(``math_tool``) runs ``MultiTurnReasoningRunner``, single-turn ones ``ReasoningRunner``.
+
+``--retries N``, as for embodied runs (``commands/train.py``): after a runtime failure the run resumes from its
+newest checkpoint (a stop checkpoint the failure left included: the runner writes one at an iteration's boundary
+while the trainer lives), at most N times, one line per retry, the traceback in ``failures.log``; an attempt
+that never wrote a checkpoint starts over. A dead trainer rank, generation worker or env worker is replaced this
+way: every worker is made anew from the checkpoint."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -69,12 +76,18 @@ def _resume_checkpoint(directory: Path, config):
 
 
 def run_reasoning_train(task: str, config_file: str | None, overrides: list[str], run_dir: str | None,
-                        resume: bool) -> int:
+                        resume: bool, retries: int = 0) -> int:
+    from embodied_rl.commands.train import FAILURES_FILE, _record_failure, _start_over
+    from embodied_rl.utils.checkpoint import has_checkpoint
+
     if resume:
         if not run_dir:
             raise ConfigError("--resume needs --run-dir (the run to continue)")
         config_file = str(Path(run_dir) / "config.yaml")  # the run's own config, with the overrides given now
     config = load_reasoning_config(task, config_file, overrides, saved=resume)
+    if retries and config.actor.backend == "megatron":
+        raise ConfigError(f"--retries={retries} is out of range with actor.backend='megatron' (its runs cannot be "
+                          "resumed yet); allowed: 0")
     multi_turn = _check_task_starts(config)
     if multi_turn:  # a conversation env: the multi-turn rollout (refusing what it cannot do)
         from embodied_rl.runners.reasoning_multi_turn import MultiTurnReasoningRunner as Runner, check_multi_turn
@@ -96,9 +109,32 @@ def run_reasoning_train(task: str, config_file: str | None, overrides: list[str]
     config.run_dir = str(directory)
     write_text_atomic(directory / "config.yaml", reasoning_yaml(config))
     print(f"run directory: {directory}", flush=True)
-    runner = Runner(config, directory, checkpoint) if checkpoint else Runner(config, directory)
-    runner.run()
+    attempt = 1
+    while True:
+        try:
+            runner = Runner(config, directory, checkpoint) if checkpoint else Runner(config, directory)
+            runner.run()
+            break
+        except ConfigError:
+            raise
+        except Exception as error:  # a runtime failure (KeyboardInterrupt, a user's stop, is no Exception)
+            if attempt > retries:
+                raise
+            _record_failure(directory, attempt)
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            print(f"retry {attempt}/{retries}: attempt {attempt} failed ({type(error).__name__}: {first_line}); "
+                  f"resuming {directory} from its newest checkpoint (traceback in {directory / FAILURES_FILE})",
+                  file=sys.stderr, flush=True)
+            attempt += 1
+            config = load_reasoning_config(None, str(directory / "config.yaml"), [], saved=True)
+            if has_checkpoint(directory / "checkpoints"):
+                checkpoint = _resume_checkpoint(directory, config)
+            else:
+                _start_over(directory)
+                checkpoint = None
     summary = dict(runner.summary)
+    if attempt > 1:
+        summary["attempts"] = attempt
     write_text_atomic(directory / SUMMARY_FILE, json.dumps(summary, indent=2))
     print(json.dumps(summary), flush=True)
     return 0

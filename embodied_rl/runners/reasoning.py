@@ -41,6 +41,8 @@ from embodied_rl.workers.generation_worker import GenerationWorker
 from embodied_rl.workers.lm_actor_worker import LMActorWorker
 from embodied_rl.workers.text_env_worker import TextEnvWorker
 
+STOP_CHECKPOINT_TIMEOUT_S = 300.0
+"""How long a stop checkpoint waits for the trainer (an update in flight finishes first)."""
 EVAL_SEED = 10_000_019
 """Seed of held-out generation (sampled only where ``rollout.eval_temperature`` > 0)."""
 MODEL_DIR = "model"
@@ -106,7 +108,14 @@ class ReasoningRunner:
                     if c.sft.steps:
                         self._sft(log)
                 self.log, done = log, self.iteration
-                TrainingLoop(self, Schedule(c.eval.every_iterations, c.checkpoint.every_iterations)).run()
+                try:
+                    TrainingLoop(self, Schedule(c.eval.every_iterations, c.checkpoint.every_iterations)).run()
+                except KeyboardInterrupt:  # Ctrl-C or SIGTERM (cluster.install_interrupt_handler)
+                    self._stop_checkpoint(None)
+                    raise
+                except Exception as error:  # a failure on the driver's side with the trainer perhaps alive
+                    self._stop_checkpoint(error)
+                    raise
                 if self.iteration == done:  # no RL iteration left (rl.iterations=0): the model as SFT left it
                     self._save(final=True)
                 self.summary = {"run_dir": str(self.run_dir), "iterations": self.iteration,
@@ -214,6 +223,9 @@ class ReasoningRunner:
         return True  # resample-to-fill is bounded by algorithm.max_sampling_rounds (start_update)
 
     def begin_iteration(self) -> dict:
+        # the run as this iteration starts, for a stop checkpoint written before its update begins
+        self._boundary = {"iteration": self.iteration, "responses": self.responses, "env_state": self._env_state(),
+                          "update_started": False}
         self._kept_answers, self._kept_scores, self._rounds, self._batch_groups = [], [], 0, 0
         self._scored: dict[str, list] = {"rewards": [], "outcome": [], "format": []}
         self._generated = {"tokens": 0, "generate_s": 0.0}
@@ -262,6 +274,7 @@ class ReasoningRunner:
         self._trained_version = self.workers.published_version  # the actor's weights as this update starts
         r = c.rl
         lr = self._learning_rate = rl_learning_rate(r, self.iteration + 1)
+        self._boundary["update_started"] = True
         return self._actor("rl_update", self._trainer_batch(self._trained, self._kept_scores[:wanted * G]), lr,
                            c.rollout.temperature, r.update_rounds, r.num_minibatches, r.max_grad_norm)
 
@@ -337,6 +350,39 @@ class ReasoningRunner:
             get_failing_fast(self._actor("save_pretrained", str(self.run_dir / MODEL_DIR)),
                              self.config.fault.hang_timeout_s, "the trainer saving the model")
 
+    def _stop_checkpoint(self, failure: BaseException | None) -> None:
+        """Keep what was trained when the loop stops early (``failure`` None: an interrupt): a stop checkpoint
+        ``checkpoints/interrupted_iter_N``, exact at an iteration's boundary. Before the iteration's update began:
+        the trainer as the iteration started, with the env's prompt sampler and the response count as they were
+        then (the round sampled so far is dropped). Once it began: the update finishes on the trainer first (its
+        calls run in order) and the checkpoint is of the iteration after it, the sampler as the round left it. A
+        ``--resume`` from it continues as the uninterrupted run would. Nothing is written before RL's first
+        iteration, or when the trainer is gone."""
+        boundary = getattr(self, "_boundary", None)
+        if boundary is None:
+            return
+        if self.iteration > boundary["iteration"] or boundary["update_started"]:
+            iteration, responses, env_state = boundary["iteration"] + 1, self.responses, None
+        else:
+            iteration, responses, env_state = boundary["iteration"], boundary["responses"], boundary["env_state"]
+        if iteration == 0:
+            return
+        reason = "interrupt" if failure is None else f"failure: {type(failure).__name__}: {_first_line(failure)}"
+        try:
+            state = get_failing_fast(self._actor("training_state"), STOP_CHECKPOINT_TIMEOUT_S,
+                                     "the trainer's state for the stop checkpoint")[0]
+            env_state = env_state or self._env_state()
+        except BaseException as error:  # a dead or hung trainer: the last scheduled checkpoint stays the newest
+            print(f"{reason}; no stop checkpoint written: {type(error).__name__}: {_first_line(error)}",
+                  file=sys.stderr, flush=True)
+            return
+        counters = {"iteration": iteration, "env_steps": responses, "task": self.config.task,
+                    "eval": self.evaluations, "interrupted": True, "stop_reason": reason}
+        path = save_checkpoint(self.run_dir / "checkpoints", iteration, state["weights"], state["trainer_state"],
+                               counters, reasoning_yaml(self.config), keep_last=self.config.checkpoint.keep_last,
+                               env_state=env_state, stopped=True)
+        print(f"{reason}; stop checkpoint written: {path}", file=sys.stderr, flush=True)
+
     def _env_state(self) -> list | None:
         """The train env's prompt sampler (``TextEnvWorker.state``), saved with a checkpoint."""
         return [self.workers.call_env("state")]
@@ -349,3 +395,7 @@ class ReasoningRunner:
         if checkpoint.env_state:
             self.workers.call_env("restore", checkpoint.env_state[0])
         print(f"resumed from {checkpoint.path} at RL iteration {self.iteration}", file=sys.stderr, flush=True)
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else ""

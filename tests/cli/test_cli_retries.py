@@ -1,7 +1,8 @@
 """Failures on the driver's side and `train --retries N` through the real CLI: bad values are one line (exit 2); an
 env worker that keeps dying (a real WorkerLostError: SIGKILL from outside, as an operator or the OOM killer would)
-ends the run with a stop checkpoint beside the clean ones, one line saying so, and exit 1. (`--retries` resuming
-after the actor process dies: tests/runners/test_runners_stop_checkpoint.py.)"""
+ends the run with a stop checkpoint beside the clean ones, one line saying so, and exit 1; a text run whose
+trainer is SIGKILLed retries and finishes. (`--retries` resuming after the embodied actor process dies:
+tests/runners/test_runners_stop_checkpoint.py.)"""
 
 import json
 import os
@@ -31,22 +32,47 @@ def test_a_bad_retries_value_is_one_line_and_exit_2(tmp_path, value):
     assert not (tmp_path / "run").exists()
 
 
-def test_retries_on_a_text_task_are_refused_in_one_line(tmp_path):
-    result = run_cli("train", "--task", "math_arith", "--run-dir", str(tmp_path / "run"), "--retries", "1")
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
-    assert "--retries=1: text tasks cannot retry yet; allowed: 0" in result.stderr
-    assert not (tmp_path / "run").exists()
-
-
-def _env_worker_pids(process: TrackedProcess) -> list[int]:
+def _pids_of(process: TrackedProcess, name: str) -> list[int]:
+    """The run's worker processes whose Ray title starts with ``ray::<name>``."""
     pids = []
     for child in psutil.Process(process.popen.pid).children(recursive=True):
         try:
-            if (child.cmdline() or [""])[0].startswith("ray::EnvWorker"):
+            if (child.cmdline() or [""])[0].startswith(f"ray::{name}"):
                 pids.append(child.pid)
         except psutil.Error:
             continue
     return pids
+
+
+TEXT = ["env.count=60", "env.heldout_count=4", "sft.steps=3", "sft.batch_size=4", "rl.iterations=6",
+        "rl.prompts_per_iteration=2", "algorithm.group_size=4", "rl.lr=1e-3", "eval.every_iterations=0",
+        "eval.num_problems=2", "rollout.max_new_tokens=3", "checkpoint.every_iterations=1", "torch_threads=1"]
+
+
+@pytest.mark.slow
+def test_a_text_run_retries_after_its_trainer_is_sigkilled(tmp_path):
+    """SIGKILL of the trainer rank mid-run: the attempt fails (no stop checkpoint: the trainer is gone), one retry
+    line, and the run resumes from its newest checkpoint with every worker made anew, to the end (exit 0)."""
+    run_dir = tmp_path / "run"
+    process = TrackedProcess(["train", "--task", "math_arith", "--run-dir", str(run_dir), "--retries", "1", *TEXT])
+    deadline = time.time() + 400
+    while not (run_dir / "checkpoints" / "iter_000002").is_dir():
+        assert process.poll() is None and time.time() < deadline, process.popen.communicate()[1][-3000:]
+        time.sleep(0.1)
+    trainers = _pids_of(process, "LMActorWorker")
+    assert len(trainers) == 1
+    os.kill(trainers[0], signal.SIGKILL)
+    returncode, stdout, stderr = process.wait(timeout=400)
+    assert returncode == 0, stderr[-3000:]
+    assert [line for line in stderr.splitlines() if line.startswith("retry ")][0].startswith("retry 1/1: attempt 1")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["attempts"] == 2 and summary["iterations"] == 6
+    assert (run_dir / "failures.log").read_text().count("--- attempt 1 failed") == 1
+    assert (run_dir / "model" / "config.json").is_file() and not process.leftovers()
+
+
+def _env_worker_pids(process: TrackedProcess) -> list[int]:
+    return _pids_of(process, "EnvWorker")
 
 
 @pytest.mark.slow
