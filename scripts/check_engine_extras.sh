@@ -24,7 +24,8 @@ PY
   else
     status=1
     echo "does not resolve:"
-    grep -E "conflict is caused by|depends on numpy|numpy>=2" "$scratch/log" | grep -v "opencv-python 4\.8" | head -8
+    grep -E "embodied-rl[^ ]* [0-9.]+ depends on numpy|opencv-python-headless .* depends on numpy>=2" "$scratch/log" \
+      | sort -u | head -4
   fi
 done
 rm -rf "$scratch"

@@ -1,11 +1,12 @@
 """One whole GRPO iteration (generate the groups, old and reference log-probs, update, weight sync, checkpoint) of a
 random Qwen2-architecture model at a published model's shape, through `embodied-rl train`, with the LM trainer's
-memory features on or off; prints the run's wall time and the peak resident memory of its processes.
+memory features on or off; prints the run's wall time and its peak memory.
 
     python scripts/lm_iteration_at_size.py --shape qwen2.5-1.5b-instruct --features on  [--lora 16]
 
 The checkpoint (a BPE tokenizer trained here, weights saved by save_pretrained in bf16) and a GSM8K-format JSONL set
-are written under --workdir once. Memory is sampled every 0.2 s over the whole process tree (psutil)."""
+are written under --workdir once. Memory is sampled every 0.5 s (psutil): the process tree's proportional set
+size, and the machine's used memory above what it was at the start."""
 
 import argparse
 import json
@@ -42,17 +43,21 @@ def problems(workdir: Path) -> Path:
     return path
 
 
-def peak_rss_of(process: subprocess.Popen, stop: threading.Event, result: list) -> None:
-    peak = 0
+def peak_memory_of(process: subprocess.Popen, stop: threading.Event, result: list) -> None:
+    """Peak over the run of its process tree's proportional set size (shared pages, Ray's object store among them,
+    split between the processes mapping them, so counted once) and of the machine's used memory."""
+    tree_peak = used_peak = 0
+    baseline = psutil.virtual_memory().used
     root = psutil.Process(process.pid)
     while not stop.is_set():
         try:
             tree = [root, *root.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            tree_peak = max(tree_peak, sum(p.memory_full_info().pss for p in tree if p.is_running()))
         except psutil.Error:
             pass
-        time.sleep(0.2)
-    result.append(peak)
+        used_peak = max(used_peak, psutil.virtual_memory().used - baseline)
+        time.sleep(0.5)
+    result.extend([tree_peak, used_peak])
 
 
 def main() -> int:
@@ -79,13 +84,14 @@ def main() -> int:
     start = time.perf_counter()
     process = subprocess.Popen(command)
     stop, result = threading.Event(), []
-    sampler = threading.Thread(target=peak_rss_of, args=(process, stop, result))
+    sampler = threading.Thread(target=peak_memory_of, args=(process, stop, result))
     sampler.start()
     code = process.wait()
     stop.set()
     sampler.join()
     print(json.dumps({"shape": args.shape, "features": args.features, "lora": args.lora, "exit_code": code,
-                      "wall_s": round(time.perf_counter() - start, 1), "peak_rss_gib": round(result[0] / 2 ** 30, 2),
+                      "wall_s": round(time.perf_counter() - start, 1), "peak_pss_gib": round(result[0] / 2 ** 30, 2),
+                      "peak_machine_used_gib": round(result[1] / 2 ** 30, 2),
                       "run_dir": str(run_dir)}))
     return code
 

@@ -218,6 +218,16 @@ def actor_memory(actor: "TextActorConfig") -> dict:
             "reference_offload": actor.reference_offload}
 
 
+def engine_options(config: "ReasoningConfig") -> dict:
+    """``rollout.engine_options`` for the generation workers' engine, plus, for vLLM and SGLang on slots shared with
+    the trainer (with ``placement.offload=auto``), ``release_between_turns``: the engine frees its GPU memory
+    during the trainer's turns (vLLM's sleep mode, SGLang's memory saver)."""
+    options = dict(config.rollout.engine_options)
+    if config.rollout.engine != "hf" and takes_turns(config) and config.placement.offload == "auto":
+        options.setdefault("release_between_turns", True)
+    return options
+
+
 WEIGHT_SYNCS = ("auto", "broadcast", "object_store")
 
 
@@ -302,9 +312,6 @@ def validate_reasoning(c: ReasoningConfig, gpus_planned: int | None = None) -> N
              "workers where Ray places them; placement.components chooses their slots)")
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
     if takes_turns(c, gpus_planned):
-        _require(c.rollout.engine == "hf" or c.placement.offload == "never", "placement.offload",
-                 c.placement.offload, "never with rollout.engine other than hf on slots shared with the trainer "
-                 "(vLLM and SGLang keep their own weights)")
         _require(c.rollout.max_staleness == 0, "rollout.max_staleness", c.rollout.max_staleness,
                  "0 while placement.components puts rollout and actor on a shared slot (async rollout needs them on "
                  "slots of their own)")

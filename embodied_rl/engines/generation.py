@@ -37,3 +37,9 @@ class GenerationEngine(Protocol):
 
     def load_weights(self, state_dict: dict) -> None:
         """Replace the engine's weights in place (tensors or numpy arrays by parameter name)."""
+
+    def release_memory(self) -> None:
+        """Free the engine's own GPU memory between generation turns (a GPU shared with the trainer)."""
+
+    def resume_memory(self) -> None:
+        """Take back what ``release_memory`` freed, before the next turn."""

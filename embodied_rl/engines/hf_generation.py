@@ -95,6 +95,12 @@ class HFGenerationEngine:
             results.append(Generation(tokens[row, :length].tolist(), chosen[row, :length].tolist(), bool(len(ended))))
         return results
 
+    def release_memory(self) -> None:
+        """Nothing of its own: the generation worker's offloader moves the model itself."""
+
+    def resume_memory(self) -> None:
+        """Nothing of its own (see ``release_memory``)."""
+
     def load_weights(self, state_dict: dict) -> None:
         tensors = {k: torch.as_tensor(v) for k, v in state_dict.items()}
         unexpected = self.model.load_state_dict(tensors, strict=False).unexpected_keys

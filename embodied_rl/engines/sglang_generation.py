@@ -10,6 +10,12 @@ Every SGLang specific of the project lives in this file. Written against SGLang 
 - Seeds: ``sampling_seed`` (prompt ``i`` of a call with ``seed=s`` gets ``s + i``) takes effect only with
   ``enable_deterministic_inference=True``; otherwise sampling follows the engine's ``random_seed`` stream.
 - Weight updates: ``update_weights_from_tensor`` (in place, radix cache flushed).
+- Between turns on a GPU shared with the trainer (``release_between_turns``): ``release_memory_occupation`` frees
+  the weights and the KV cache (``enable_memory_saver``; ``enable_weights_cpu_backup`` keeps a host copy of the
+  weights, so a turn without a weight update still samples from them), ``resume_memory_occupation`` takes them back.
+
+The methods and options used here are checked against SGLang 0.5.23's own signatures
+(``engines/pinned_signatures.json``, ``tests/engines/test_engines_pinned_signatures.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ class SGLangGenerationEngine:
     """Batched sampling with ``sglang.Engine`` from ``checkpoint_dir``; ``eos_id`` as in ``VLLMGenerationEngine``;
     ``engine_options`` go to ``sglang.Engine`` (``dtype``, ``mem_fraction_static``, ``attention_backend``, ...)."""
 
-    def __init__(self, checkpoint_dir: str | Path, eos_id: int | None = None, **engine_options):
+    def __init__(self, checkpoint_dir: str | Path, eos_id: int | None = None, release_between_turns: bool = False,
+                 **engine_options):
         checkpoint_dir = Path(checkpoint_dir)
         if not (checkpoint_dir / "config.json").is_file():
             raise FileNotFoundError(f"{checkpoint_dir} is not a Hugging Face checkpoint directory (no config.json)")
@@ -34,7 +41,10 @@ class SGLangGenerationEngine:
 
         self.eos_id = checkpoint_eos_id(checkpoint_dir) if eos_id is None else eos_id
         options = dict(random_seed=0, log_level="error")
+        if release_between_turns:
+            options.update(enable_memory_saver=True, enable_weights_cpu_backup=True)
         options.update(engine_options)
+        self.releases = bool(options.get("enable_memory_saver"))
         self.engine = sglang.Engine(model_path=str(checkpoint_dir), **options)
 
     def _sampling_params(self, params: SamplingParams, row: int) -> dict:
@@ -70,6 +80,16 @@ class SGLangGenerationEngine:
         success, message = result if isinstance(result, tuple) else (True, "")
         if not success:
             raise RuntimeError(f"SGLang weight update failed: {message}")
+
+    def release_memory(self) -> None:
+        """Free the engine's GPU memory (weights and KV cache) for the trainer's turn."""
+        if self.releases:
+            self.engine.release_memory_occupation()
+
+    def resume_memory(self) -> None:
+        """Take the memory back for a generation turn (the weights as they were released)."""
+        if self.releases:
+            self.engine.resume_memory_occupation()
 
     def close(self) -> None:
         self.engine.shutdown()

@@ -13,6 +13,10 @@ Every vLLM specific of the project lives in this file. Written against vLLM 0.32
   post-load processing, which matters on the CPU backend (it repacks linear weights for its GEMM kernels and drops
   the originals, so ``model.load_weights`` alone would not reach what runs). Older versions: ``model.load_weights``.
   The prefix cache is reset after an update: its KV blocks were computed with the old weights.
+- Between turns on a GPU shared with the trainer (``release_between_turns``, which sets ``enable_sleep_mode``):
+  ``sleep(level=1)`` moves the weights to host memory and drops the KV cache, ``wake_up()`` brings them back.
+- The methods and options used here are checked against vLLM 0.33.0's own signatures
+  (``engines/pinned_signatures.json``, ``tests/engines/test_engines_pinned_signatures.py``).
 - The engine core runs in the calling process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): no spawned
   process that needs a ``__main__`` guard, and weights reach the worker without serialisation. With
   ``in_process=False`` they go as ``torch.save`` bytes (vLLM's msgpack would turn the tensors into lists), and
@@ -83,7 +87,7 @@ class VLLMGenerationEngine:
     """
 
     def __init__(self, checkpoint_dir: str | Path, eos_id: int | None = None, in_process: bool = True,
-                 **llm_options):
+                 release_between_turns: bool = False, **llm_options):
         checkpoint_dir = Path(checkpoint_dir)
         if not (checkpoint_dir / "config.json").is_file():
             raise FileNotFoundError(f"{checkpoint_dir} is not a Hugging Face checkpoint directory (no config.json)")
@@ -95,7 +99,10 @@ class VLLMGenerationEngine:
         self.eos_id = checkpoint_eos_id(checkpoint_dir) if eos_id is None else eos_id
         options = dict(seed=0, logprobs_mode="processed_logprobs",
                        worker_extension_cls=f"{__name__}.{WeightUpdateExtension.__name__}")
+        if release_between_turns:
+            options.update(enable_sleep_mode=True)
         options.update(llm_options)
+        self.releases = bool(options.get("enable_sleep_mode"))
         self.llm = LLM(model=str(checkpoint_dir), **options)
 
     def _sampling_params(self, params: SamplingParams, row: int):
@@ -141,6 +148,16 @@ class VLLMGenerationEngine:
             payload = buffer.getvalue()
         self.llm.collective_rpc("embodied_rl_load_weights", args=(payload,))
         self.llm.reset_prefix_cache()
+
+    def release_memory(self) -> None:
+        """Free the engine's GPU memory for the trainer's turn: the weights to host memory, the KV cache dropped."""
+        if self.releases:
+            self.llm.sleep(level=1)
+
+    def resume_memory(self) -> None:
+        """Take the memory back for a generation turn (the weights as they went to sleep)."""
+        if self.releases:
+            self.llm.wake_up()
 
     def close(self) -> None:
         """Stop vLLM's engine core (and its processes, if any)."""

@@ -27,15 +27,15 @@ import torch
 
 import sim_envs
 from embodied_rl.algorithms.filters import dynamic_sampling_mask
-from embodied_rl.config.reasoning import (ReasoningConfig, actor_memory, reasoning_yaml, rl_learning_rate,
-                                          text_placement)
+from embodied_rl.config.reasoning import (ReasoningConfig, actor_memory, engine_options, reasoning_yaml,
+                                          rl_learning_rate, text_placement)
 from embodied_rl.runners.heldout_metrics import greedy_summary, sampled_summary, training_lengths
 from embodied_rl.runners.loop import Round, Schedule, TrainingLoop
 from embodied_rl.runners.text_workers import GenerationRound, TextWorkers
 from embodied_rl.runners.weight_sync import get_failing_fast
 from embodied_rl.runtime import Cluster, WorkerGroup
 from embodied_rl.utils.atomic import write_text_atomic
-from embodied_rl.utils.checkpoint import Checkpoint, save_checkpoint
+from embodied_rl.utils.checkpoint import Checkpoint, save_checkpoint, save_checkpoint_with
 from embodied_rl.utils.metrics_log import MetricsLog
 from embodied_rl.workers.generation_worker import GenerationWorker
 from embodied_rl.workers.lm_actor_worker import LMActorWorker
@@ -77,7 +77,7 @@ class ReasoningRunner:
             generation = WorkerGroup(GenerationWorker, "generation", c.rollout.num_workers, cpus_per_worker=share,
                                      start_timeout_s=c.fault.start_timeout_s, model=model,
                                      quantization=c.rollout.quantization, engine=c.rollout.engine,
-                                     engine_options=dict(c.rollout.engine_options), torch_threads=c.torch_threads,
+                                     engine_options=engine_options(c), torch_threads=c.torch_threads,
                                      **slots("rollout"))
             parallel = rendezvous = None
             if c.actor.backend != "single":
@@ -339,13 +339,9 @@ class ReasoningRunner:
         """A checkpoint of the run at ``self.iteration`` (in async mode the next batch, already generating, is
         not part of it: a resumed run samples that batch anew); ``final``: also the model in the Hugging Face
         layout."""
-        state = get_failing_fast(self._actor("training_state"), self.config.fault.hang_timeout_s,
-                                 "the trainer's state")[0]
         counters = {"iteration": self.iteration, "env_steps": self.responses, "task": self.config.task,
                     "eval": self.evaluations}
-        save_checkpoint(self.run_dir / "checkpoints", self.iteration, state["weights"], state["trainer_state"],
-                        counters, reasoning_yaml(self.config), keep_last=self.config.checkpoint.keep_last,
-                        env_state=self._env_state())
+        self._write_checkpoint(self.iteration, counters, self._env_state(), self.config.fault.hang_timeout_s)
         if final:
             get_failing_fast(self._actor("save_pretrained", str(self.run_dir / MODEL_DIR)),
                              self.config.fault.hang_timeout_s, "the trainer saving the model")
@@ -368,20 +364,41 @@ class ReasoningRunner:
         if iteration == 0:
             return
         reason = "interrupt" if failure is None else f"failure: {type(failure).__name__}: {_first_line(failure)}"
+        counters = {"iteration": iteration, "env_steps": responses, "task": self.config.task,
+                    "eval": self.evaluations, "interrupted": True, "stop_reason": reason}
         try:
-            state = get_failing_fast(self._actor("training_state"), STOP_CHECKPOINT_TIMEOUT_S,
-                                     "the trainer's state for the stop checkpoint")[0]
-            env_state = env_state or self._env_state()
+            path = self._write_checkpoint(iteration, counters, env_state or self._env_state(),
+                                          STOP_CHECKPOINT_TIMEOUT_S, stopped=True)
         except BaseException as error:  # a dead or hung trainer: the last scheduled checkpoint stays the newest
             print(f"{reason}; no stop checkpoint written: {type(error).__name__}: {_first_line(error)}",
                   file=sys.stderr, flush=True)
             return
-        counters = {"iteration": iteration, "env_steps": responses, "task": self.config.task,
-                    "eval": self.evaluations, "interrupted": True, "stop_reason": reason}
-        path = save_checkpoint(self.run_dir / "checkpoints", iteration, state["weights"], state["trainer_state"],
-                               counters, reasoning_yaml(self.config), keep_last=self.config.checkpoint.keep_last,
-                               env_state=env_state, stopped=True)
         print(f"{reason}; stop checkpoint written: {path}", file=sys.stderr, flush=True)
+
+    def _write_checkpoint(self, iteration: int, counters: dict, env_state: list | None, timeout_s: float,
+                          stopped: bool = False) -> Path:
+        """The trainer's state beside ``counters`` as a checkpoint of ``iteration``. Where trainer rank 0 runs on
+        this machine it writes its files into the staging directory itself (nothing passes through Ray or this
+        process's memory: the optimizer state of a 1.5B model is 12 GB); elsewhere its state comes here by Ray."""
+        keep_last, config_yaml = self.config.checkpoint.keep_last, reasoning_yaml(self.config)
+        if self._trainer_is_local():
+            def write(staging: Path) -> None:
+                get_failing_fast(self._actor("write_training_state", str(staging)), timeout_s,
+                                 "the trainer writing its checkpoint files")
+
+            return save_checkpoint_with(self.run_dir / "checkpoints", iteration, write, counters, config_yaml,
+                                        keep_last, env_state, stopped)
+        state = get_failing_fast(self._actor("training_state"), timeout_s, "the trainer's state")[0]
+        return save_checkpoint(self.run_dir / "checkpoints", iteration, state["weights"], state["trainer_state"],
+                               counters, config_yaml, keep_last, env_state, stopped)
+
+    def _trainer_is_local(self) -> bool:
+        """Whether trainer rank 0 runs on this machine (asked once)."""
+        if getattr(self, "_trainer_local", None) is None:
+            address = get_failing_fast(self.actor.call("node_address", ranks=[0]),
+                                       self.config.fault.hang_timeout_s, "the trainer's node address")[0]
+            self._trainer_local = address == ray.util.get_node_ip_address()
+        return self._trainer_local
 
     def _env_state(self) -> list | None:
         """The train env's prompt sampler (``TextEnvWorker.state``), saved with a checkpoint."""

@@ -65,6 +65,21 @@ def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, traine
     """Write ``iter_<iteration>/`` (or, ``stopped``, ``interrupted_iter_<iteration>/``) in ``checkpoints_dir``.
     A clean one then rotates the clean ones to the newest ``keep_last`` and removes superseded stop checkpoints;
     a stop checkpoint removes nothing."""
+
+    def write(staging: Path) -> None:
+        save_file({k: _tensor(v) for k, v in weights.items()}, str(staging / WEIGHTS_FILE))
+        (staging / TRAINER_STATE_FILE).write_bytes(trainer_state)
+
+    return save_checkpoint_with(checkpoints_dir, iteration, write, counters, config_yaml, keep_last, env_state,
+                                stopped)
+
+
+def save_checkpoint_with(checkpoints_dir: Path, iteration: int, write_trainer_files, counters: dict,
+                         config_yaml: str, keep_last: int, env_state: list | None = None,
+                         stopped: bool = False) -> Path:
+    """``save_checkpoint`` whose weights and trainer state ``write_trainer_files(staging)`` writes into the staging
+    directory itself (``WEIGHTS_FILE``, ``TRAINER_STATE_FILE``): e.g. a trainer process on this machine writing its
+    own files, so that its state never travels through the driver's memory."""
     checkpoints_dir = Path(checkpoints_dir)
     created = not checkpoints_dir.is_dir()
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
@@ -73,8 +88,10 @@ def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, traine
     sweep_publish_leftovers(checkpoints_dir)
     staging = make_staging_directory(checkpoints_dir)
     try:
-        save_file({k: _tensor(v) for k, v in weights.items()}, str(staging / WEIGHTS_FILE))
-        (staging / TRAINER_STATE_FILE).write_bytes(trainer_state)
+        write_trainer_files(staging)
+        for name in (WEIGHTS_FILE, TRAINER_STATE_FILE):
+            if not (staging / name).is_file():
+                raise RuntimeError(f"checkpoint of iteration {iteration}: the trainer wrote no {name}")
         (staging / COUNTERS_FILE).write_text(json.dumps(counters, indent=2))
         (staging / CONFIG_FILE).write_text(config_yaml)
         if env_state is not None:
@@ -91,6 +108,13 @@ def save_checkpoint(checkpoints_dir: Path, iteration: int, weights: dict, traine
             if checkpoint_iteration(old) < iteration:
                 remove_directory(old)
     return final
+
+
+def write_trainer_files(directory: Path, weights: dict, trainer_state: dict) -> None:
+    """A trainer's part of a checkpoint into ``directory``: ``weights`` (safetensors) and ``trainer_state`` (a dict
+    of tensors and plain containers, ``torch.save``d straight to its file: no bytes copy of it in memory)."""
+    save_file({k: _tensor(v) for k, v in weights.items()}, str(Path(directory) / WEIGHTS_FILE))
+    torch.save(trainer_state, Path(directory) / TRAINER_STATE_FILE)
 
 
 def _tensor(value) -> torch.Tensor:

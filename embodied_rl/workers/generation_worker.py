@@ -44,12 +44,27 @@ class GenerationWorker(Worker):
                 self.model = None
         self.policy_version = 0
         self.offloader = Offloader([self.model] if self.model is not None else [])
+        self.released = False  # vLLM / SGLang: the engine's memory freed for the trainer's turn
+        self.pending_weights: dict | None = None  # weights published while released, loaded at the next onload
 
     def offload(self) -> MoveReport:
-        """Give the device up between generation turns (the hf engine's model; vLLM and SGLang keep theirs)."""
-        return self.offloader.offload()
+        """Give the device up between generation turns: the hf engine's model to host memory; vLLM and SGLang free
+        their own memory (``release_memory``: weights to host, KV cache dropped), where they were made with
+        ``release_between_turns``."""
+        report = self.offloader.offload()
+        if self.engine_name != "hf":
+            self.engine.release_memory()
+            self.released = True
+        return report
 
     def onload(self) -> MoveReport:
+        """Take the device back for a generation turn; weights published meanwhile go into the engine now."""
+        if self.engine_name != "hf" and self.released:
+            self.engine.resume_memory()
+            self.released = False
+            if self.pending_weights is not None:
+                self.engine.load_weights(self.pending_weights)
+                self.pending_weights = None
         return self.offloader.onload()
 
     def _build_engine(self) -> None:
@@ -57,7 +72,9 @@ class GenerationWorker(Worker):
 
     def load_weights(self, weights_and_version: tuple[dict, int]) -> int:
         state_dict, version = weights_and_version
-        if self.engine_name != "hf":
+        if self.engine_name != "hf" and self.released:  # loaded into the engine when it resumes (onload)
+            self.pending_weights = {**(self.pending_weights or {}), **state_dict}
+        elif self.engine_name != "hf":
             self.engine.load_weights(state_dict)
         else:
             load_host_weights(self.model, state_dict)

@@ -93,15 +93,22 @@ class LMActorWorker(Worker):
         return self.offloader.onload()
 
     def get_weights(self, only_trained: bool = False) -> tuple[dict, int] | None:
-        """``({name: tensor}, policy_version)``: the whole model as host tensors of their own dtype (rank 0; None on
-        the other data-parallel ranks).
-        ``only_trained`` is taken for ``WeightSync``'s one interface: every weight of the LM is trained."""
-        if not self.engine.distributed:
-            return host_weights(state=self._sent_state(self.model.state_dict())), self.policy_version
-        state = self.engine.full_state_dict()
-        if state is None:
+        """``({name: tensor}, policy_version)`` for the generation workers (``WeightSync``'s object-store path):
+        the whole model as host tensors in the dtype they hold it in (the checkpoint's: half the float32 masters'
+        bytes for a bf16 model), rank 0; None on the other data-parallel ranks. ``only_trained`` is taken for
+        ``WeightSync``'s one interface: every weight of the LM is sent."""
+        weights = self._master_weights()
+        if weights is None:
             return None
-        return host_weights(state=self._sent_state(state)), self.policy_version
+        return {name: value.to(self.compute_dtype) if value.is_floating_point() else value
+                for name, value in weights.items()}, self.policy_version
+
+    def _master_weights(self) -> dict | None:
+        """The whole model as host tensors of their own dtype (the float32 masters; LoRA merged), rank 0."""
+        if not self.engine.distributed:
+            return host_weights(state=self._sent_state(self.model.state_dict()))
+        state = self.engine.full_state_dict()
+        return None if state is None else host_weights(state=self._sent_state(state))
 
     def _sent_state(self, state: dict) -> dict:
         """What generation workers and saved models get: with LoRA the merged weights under the plain names."""
@@ -312,23 +319,48 @@ class LMActorWorker(Worker):
                         "train/rollout_trainer_logp_diff": diff, "time/update_s": time.perf_counter() - start})
         return metrics
 
-    def training_state(self) -> dict | None:
-        """``{"weights", "trainer_state"}`` of the whole trainer (rank 0; None on the other data-parallel ranks).
-        Under FSDP the optimizer state is keyed by parameter name (``engine.optimizer_state_dict``)."""
+    def _training_state_parts(self) -> tuple[dict, dict] | None:
+        """``(weights, trainer state dict)`` of the whole trainer (rank 0; None on the other ranks; collective)."""
         optimizer = self.engine.optimizer_state_dict(self.optimizer) if self.engine.distributed else \
             self.optimizer.state_dict()
         # the KL reference, once RL made it (a resumed run must not take the resumed weights)
         reference = self.reference.state() if self.resumable else None
         if self.lora:  # the adapters beside the frozen base, as trained (the merged weights would not resume)
-            weights = (host_weights(self.model),)  # LoRA runs have one trainer process
+            weights = host_weights(self.model)  # LoRA runs have one trainer process
         else:
-            weights = self.get_weights()
+            weights = self._master_weights()
         if weights is None:
             return None
+        return weights, {"optimizer": optimizer, "torch_rng": torch.get_rng_state(), "reference": reference,
+                            "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version}
+
+    def training_state(self) -> dict | None:
+        """``{"weights", "trainer_state"}`` of the whole trainer (rank 0; None on the other data-parallel ranks).
+        Under FSDP the optimizer state is keyed by parameter name (``engine.optimizer_state_dict``)."""
+        parts = self._training_state_parts()
+        if parts is None:
+            return None
         buffer = io.BytesIO()
-        torch.save({"optimizer": optimizer, "torch_rng": torch.get_rng_state(), "reference": reference,
-                    "shuffle_rng": self.generator.get_state(), "policy_version": self.policy_version}, buffer)
-        return {"weights": weights[0], "trainer_state": buffer.getvalue()}
+        torch.save(parts[1], buffer)
+        return {"weights": parts[0], "trainer_state": buffer.getvalue()}
+
+    def write_training_state(self, directory: str) -> bool | None:
+        """``training_state()`` written by rank 0 straight into ``directory`` (a checkpoint's staging directory on
+        a file system this process shares with the driver), so the state never passes through Ray or the driver's
+        memory: True on rank 0, None elsewhere (collective)."""
+        from embodied_rl.utils.checkpoint import write_trainer_files
+
+        parts = self._training_state_parts()
+        if parts is None:
+            return None
+        write_trainer_files(directory, *parts)
+        return True
+
+    def node_address(self) -> str:
+        """This process's node address (the driver writes checkpoints through it where it is its own)."""
+        import ray
+
+        return ray.util.get_node_ip_address()
 
     @property
     def resumable(self) -> bool:

@@ -74,6 +74,12 @@ def _fake_vllm(calls: dict) -> types.ModuleType:
         def reset_prefix_cache(self):
             calls["reset"] = calls.get("reset", 0) + 1
 
+        def sleep(self, level=1):
+            calls.setdefault("memory", []).append(f"sleep({level})")
+
+        def wake_up(self, tags=None):
+            calls.setdefault("memory", []).append("wake_up")
+
     vllm = types.ModuleType("vllm")
     vllm.LLM, vllm.SamplingParams = LLM, types.SimpleNamespace
     vllm.inputs = types.ModuleType("vllm.inputs")
@@ -221,3 +227,58 @@ def test_engine_options_with_the_hf_engine_are_refused():
 
     with pytest.raises(ConfigError, match="rollout.engine_options"):
         load_reasoning_config("math_arith", None, ["rollout.engine_options={dtype: bfloat16}"])
+
+
+def test_a_vllm_worker_on_a_shared_gpu_sleeps_between_turns_and_takes_weights_on_waking(monkeypatch, tmp_path):
+    """With ``release_between_turns`` (a shared slot, ``placement.offload=auto``) vLLM is made in sleep mode; the
+    worker's offload puts it to sleep (level 1: weights to host, KV cache dropped), weights published while it
+    sleeps wait in the worker (in the dtype sent) and go into the engine after ``wake_up``, in that order. Without
+    the option nothing sleeps."""
+    from embodied_rl.models.causal_lm.tiny_checkpoints import write_tiny_checkpoint
+    from embodied_rl.workers.generation_worker import GenerationWorker
+
+    calls = {}
+    vllm = _fake_vllm(calls)
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", vllm.inputs)
+    name = str(write_tiny_checkpoint(tmp_path / "qwen2", "qwen2"))
+    worker = GenerationWorker(model={"name": name}, engine="vllm", group="generation", rank=0, world_size=1,
+                              engine_options={"release_between_turns": True})
+    assert calls["init"]["enable_sleep_mode"] is True and "release_between_turns" not in calls["init"]
+    worker.offload()
+    weights = {"lm_head.weight": torch.zeros(4, 4, dtype=torch.bfloat16)}
+    assert worker.load_weights((weights, 3)) == 3
+    assert "rpc" not in calls and calls["memory"] == ["sleep(1)"]  # nothing goes into a sleeping engine
+    worker.onload()
+    assert calls["memory"] == ["sleep(1)", "wake_up"]
+    (method, (named,)), = calls["rpc"]
+    assert method == "embodied_rl_load_weights" and [n for n, _ in named] == ["lm_head.weight"]
+    assert named[0][1].dtype == torch.bfloat16 and worker.pending_weights is None
+
+    calls.clear()
+    plain = GenerationWorker(model={"name": name}, engine="vllm", group="generation", rank=0, world_size=1)
+    assert "enable_sleep_mode" not in calls["init"]
+    plain.offload()
+    plain.onload()
+    assert "memory" not in calls
+
+
+def test_engines_release_memory_only_on_shared_slots():
+    """``engine_options``: vLLM / SGLang on slots shared with the trainer (offload auto) release their memory
+    between turns; on slots of their own, with offload=never, or for the hf engine they do not."""
+    from embodied_rl.config.reasoning import engine_options, load_reasoning_config
+
+    shared = "placement.components={'env,rollout,actor': '0'}"
+    split = "placement.components={'env,rollout': '0', 'actor': '1'}"
+
+    def options(*overrides, given=None):
+        config = load_reasoning_config("math_arith", None, list(overrides))
+        config.rollout.engine = "vllm"  # set after loading: the package is not installed here
+        config.rollout.engine_options = dict(given or {})
+        return engine_options(config)
+
+    assert options(shared) == {"release_between_turns": True}
+    assert options(split) == {} and options(shared, "placement.offload=never") == {}
+    assert options(shared, given={"release_between_turns": False}) == {"release_between_turns": False}
+    config = load_reasoning_config("math_arith", None, [shared])
+    assert engine_options(config) == {}  # hf: the worker's offloader moves its model
