@@ -95,7 +95,7 @@ class ReasoningRunner:
                                 memory=actor_memory(c.actor),
                                 torch_threads=c.torch_threads, **slots("actor"))
             self.env, self.actor = env.workers[0], actor
-            self.workers = TextWorkers(c, self.env, generation, actor)
+            self.workers = TextWorkers(c, self.env, generation, actor, env_group=self._replaceable_env(env))
             log = MetricsLog(self.run_dir, self.responses if self.resume else None, c.logging, reasoning_yaml(c))
             ended = "failed"
             try:
@@ -139,6 +139,11 @@ class ReasoningRunner:
         return WorkerGroup(TextEnvWorker, "text-env", 1, cpus_per_worker=share, task=sim_envs.get_task(c.task),
                            options=dict(c.env), num_envs=c.rl.prompts_per_iteration * group_size,
                            group_size=group_size, seed=c.seed, **slots)
+
+    def _replaceable_env(self, env: WorkerGroup) -> WorkerGroup | None:
+        """The env group whose dead worker ``TextWorkers`` replaces (single-turn tasks: their sampler's state is
+        all there is to restore)."""
+        return env
 
     def _actor(self, method: str, *args) -> list:
         """``method`` started on every trainer rank at once (data-parallel calls are collective); the futures,

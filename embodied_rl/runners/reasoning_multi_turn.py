@@ -65,6 +65,10 @@ class MultiTurnReasoningRunner(ReasoningRunner):
         super().__init__(config, run_dir, resume)
         self.tokenizer = load_tokenizer(config.model.name)  # the driver's: prompts and env turns to ids
 
+    def _replaceable_env(self, env: WorkerGroup) -> None:
+        """None: a conversation env's episodes in flight are not restorable from a sampler state."""
+        return None
+
     def _env_group(self, share: float, slots: dict) -> WorkerGroup:
         c = self.config
         G = c.algorithm.group_size

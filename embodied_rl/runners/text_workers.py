@@ -24,10 +24,14 @@ from embodied_rl.runtime.deadlines import DeadlineExceeded, get_within, one_line
 WEIGHTS_COLLECTIVE = "reasoning-weights"
 """The collective of trainer rank 0 (its rank 0) and the generation workers, under broadcast weight sync."""
 FAULT_COUNTERS = ("fault/rollout_workers_replaced", "fault/responses_regenerated", "fault/responses_lost",
-                  "fault/responses_duplicated")
+                  "fault/responses_duplicated", "fault/env_workers_replaced")
 """Counted over the run and logged with every iteration: generation (rollout) workers replaced after they died or
 missed ``fault.hang_timeout_s``; responses generated again on the replacement (its part of a batch); responses a
-batch ended without (0 unless a replacement failed too: then the run stops) or received twice (0)."""
+batch ended without (0 unless a replacement failed too: then the run stops) or received twice (0); text env workers
+replaced (from their last known prompt sampler state)."""
+REPLAYABLE_ENV_CALLS = ("state", "restore", "prompts", "score", "heldout_questions", "score_heldout", "sft_examples")
+"""The single-turn text env worker's calls that a replacement, restored to the sampler state known before the call,
+answers as the dead worker would have (``score`` draws the next prompts: its state is taken again after it)."""
 
 
 @dataclass
@@ -47,9 +51,13 @@ class TextWorkers:
     ``WeightSync``), ``faults`` (``FAULT_COUNTERS``) and ``published_version`` (the version the generation workers
     hold)."""
 
-    def __init__(self, config: ReasoningConfig, env, generation: WorkerGroup, actor: WorkerGroup):
+    def __init__(self, config: ReasoningConfig, env, generation: WorkerGroup, actor: WorkerGroup,
+                 env_group: WorkerGroup | None = None):
         self.config = config
         self.env, self.generation, self.actor = env, generation, actor
+        # with its group, a dead or hung single-turn env worker is replaced from its last known sampler state
+        self.env_group, self.env_state, self.env_restarts = env_group, None, 0
+        self.env_advanced = False  # a score has drawn new prompts: a fresh worker no longer matches without a state
         self.published_version = 0
         self.faults = dict.fromkeys(FAULT_COUNTERS, 0)
         self.restarts: dict[int, int] = {}  # generation rank -> replacements so far
@@ -188,10 +196,43 @@ class TextWorkers:
         return self.finish_generation(self.start_generation(questions, temperature, seed))
 
     def call_env(self, method: str, *args):
-        """A call on the text env worker within ``fault.hang_timeout_s`` (it holds the prompt sampler's state, so
-        it is not replaced: a dead or hung env worker ends the run, which ``--resume`` continues)."""
-        return get_within(getattr(self.env, method).remote(*args), self.config.fault.hang_timeout_s,
-                          f"the text env worker's {method}")
+        """A call on the text env worker within ``fault.hang_timeout_s``. With ``env_group`` (single-turn tasks) a
+        worker that died or missed the deadline is killed and replaced, restored to the prompt sampler state known
+        before the call (taken at every ``state`` call and after every ``score``), and asked again: the answer is
+        the one the dead worker would have given. Without it (or past ``MAX_WORKER_RESTARTS``) the run ends, and
+        ``--retries`` / ``--resume`` continue it."""
+        while True:
+            try:
+                result = get_within(getattr(self.env, method).remote(*args), self.config.fault.hang_timeout_s,
+                                    f"the text env worker's {method}")
+                break
+            except (ray.exceptions.RayActorError, DeadlineExceeded) as error:
+                if self.env_group is None or method not in REPLAYABLE_ENV_CALLS or \
+                        (self.env_state is None and self.env_advanced):
+                    raise
+                self._replace_env(error)
+        if method == "state":
+            self.env_state = result
+        elif method == "restore":
+            self.env_state = args[0]
+        elif method == "score":
+            self.env_advanced = True
+            if self.env_group is not None:
+                self.env_state = self.call_env("state")
+        return result
+
+    def _replace_env(self, error) -> None:
+        self.env_restarts += 1
+        if self.env_restarts > MAX_WORKER_RESTARTS:
+            raise RuntimeError(f"the text env worker died {self.env_restarts} times (at most {MAX_WORKER_RESTARTS} "
+                               f"replacements); last: {one_line(error)}")
+        print(f"text env worker died ({one_line(error)}); replacing it from its last sampler state",
+              file=sys.stderr, flush=True)
+        self.env = self.env_group.replace(0)
+        if self.env_state is not None:  # else nothing has moved the sampler yet: a fresh worker matches
+            get_within(self.env.restore.remote(self.env_state), self.config.fault.hang_timeout_s,
+                       "the replacement text env worker's restore")
+        self.faults["fault/env_workers_replaced"] += 1
 
     def apply_scale_request(self, run_dir: Path) -> dict:
         """A pending ``embodied-rl scale RUN_DIR rollout=N`` (the generation workers are this run's rollout

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_runners_reasoning_resume import SMALL
+from test_runners_reasoning_resume import SMALL, _rows
 
 OVERRIDES = [o for o in SMALL if not o.startswith("checkpoint.")] + ["checkpoint.every_iterations=0"]
 
@@ -27,15 +27,18 @@ def test_a_stopped_text_run_resumes_from_its_stop_checkpoint_bit_for_bit(tmp_pat
 
     stopped = tmp_path / "stopped"
     runner = ReasoningRunner(load_reasoning_config("math_arith", None, OVERRIDES), stopped)
-    real = runner.finish_sampling if cut == "sampling" else runner.start_update
+    # the third iteration, cut once its round was scored (the sampler has drawn the next prompts) but before its
+    # update began, or once the update has begun
+    method = "_score" if cut == "sampling" else "start_update"
+    real = getattr(runner, method)
 
-    def interrupted(*args):  # the third iteration: before its update begins, or once it has begun
+    def interrupted(*args):
         result = real(*args)
         if runner.iteration == 2:
             raise KeyboardInterrupt("signal 2")
         return result
 
-    setattr(runner, "finish_sampling" if cut == "sampling" else "start_update", interrupted)
+    setattr(runner, method, interrupted)
     with pytest.raises(KeyboardInterrupt):
         runner.run()
     checkpoint = load_checkpoint(stopped)
@@ -47,6 +50,13 @@ def test_a_stopped_text_run_resumes_from_its_stop_checkpoint_bit_for_bit(tmp_pat
     resumed = ReasoningRunner(load_reasoning_config("math_arith", None, OVERRIDES), stopped, checkpoint)
     resumed.run()
     assert resumed.iteration == 4
+    # every iteration both runs logged measured the same (the one cut short is not logged by the stopped run)
+    def updates(run_dir) -> dict:
+        return {r["train/iteration"]: r for r in _rows(run_dir) if "train/gradient_steps" in r}
+
+    rows, expected_rows = updates(stopped), updates(whole)
+    assert list(rows) == ([1, 2, 3, 4] if cut == "sampling" else [1, 2, 4])
+    assert all(rows[i] == expected_rows[i] for i in rows)
     expected, got = _final_weights(whole), _final_weights(stopped)
     assert expected.keys() == got.keys()
     for name in expected:
