@@ -1,8 +1,9 @@
-"""A Hugging Face Llama (``LlamaForCausalLM``) as a megatron-core GPT, and its weights both ways.
+"""A Hugging Face Llama or Qwen2 (``LlamaForCausalLM``, ``Qwen2ForCausalLM``) as a megatron-core GPT, and its weights
+both ways.
 
 ``MegatronLlama(hf_config)`` is the same network as the HF model, split by tensor parallelism: rotary positions
-(base = the HF ``rope_theta``, rotate-half as HF), RMSNorm, SwiGLU MLP, no linear biases, grouped-query attention,
-embeddings tied or not as the HF config says. Its forward takes HF's arguments and returns ``.logits`` like HF.
+(base = the HF ``rope_theta``, rotate-half as HF), RMSNorm, SwiGLU MLP, grouped-query attention, no linear biases
+except Qwen2's on q, k and v (Megatron's ``add_qkv_bias``), embeddings tied or not as the HF config says. Its forward takes HF's arguments and returns ``.logits`` like HF.
 Call ``megatron_lm.initialize_tensor_parallel`` first.
 
 Weights: ``hf_to_megatron`` / ``megatron_to_hf`` convert between an HF state dict and the *full* (unsharded)
@@ -10,7 +11,8 @@ Megatron one; ``shard`` / ``gather`` move a full Megatron tensor to / from this 
 (the local layer spec: every norm its own ``torch.nn.RMSNorm`` module, none fused into a linear):
 
 * ``linear_qkv.weight`` ``[G * (Q/G + 2) * d, H]``: rows grouped by query group g (G = ``num_key_value_heads``),
-  each ``[its Q/G query heads; key head g; value head g]``, ``d`` rows a head; TP ranks hold whole groups;
+  each ``[its Q/G query heads; key head g; value head g]``, ``d`` rows a head; TP ranks hold whole groups; Qwen2's
+  ``linear_qkv.bias`` ``[G * (Q/G + 2) * d]`` in the same order;
 * ``linear_fc1.weight`` ``[2F, H]`` = ``[gate; up]`` in the full tensor, but each TP rank's slice is
   ``[its gate rows; its up rows]`` (Megatron's GLU chunks the local output in two), so it is sharded strided;
 * the vocabulary is padded to a multiple of the TP size (``padded_vocab``) with zero rows; the logits are cut
@@ -62,15 +64,22 @@ def padded_vocab(vocab: int, tp: int) -> int:
     return -(-vocab // tp) * tp
 
 
+def qkv_bias(hf_config) -> bool:
+    """Whether the model has biases on q, k and v (Qwen2 always does; a Llama with ``attention_bias``)."""
+    return hf_config.model_type == "qwen2"
+
+
 def check_llama(hf_config, tp: int) -> None:
-    """Raise unless ``hf_config`` is a Llama this module reproduces, splittable ``tp`` ways."""
+    """Raise unless ``hf_config`` is a Llama or Qwen2 this module reproduces, splittable ``tp`` ways."""
     c = hf_config
-    unsupported = {"model_type": c.model_type != "llama", "attention_bias": getattr(c, "attention_bias", False),
-                   "mlp_bias": getattr(c, "mlp_bias", False), "hidden_act": c.hidden_act != "silu"}
+    unsupported = {"model_type": c.model_type not in ("llama", "qwen2"),
+                   "attention_bias": getattr(c, "attention_bias", False),
+                   "mlp_bias": getattr(c, "mlp_bias", False), "hidden_act": c.hidden_act != "silu",
+                   "use_sliding_window": bool(getattr(c, "use_sliding_window", False))}
     bad = [key for key, is_bad in unsupported.items() if is_bad]
     if bad:
         raise NotImplementedError(f"{', '.join(f'{k}={getattr(c, k)!r}' for k in bad)}: only a Llama without "
-                                  "biases, with a SwiGLU MLP")
+                                  "biases or a Qwen2 (biases on q, k, v), with a SwiGLU MLP and full attention")
     for field in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
         if getattr(c, field) % tp:
             raise ValueError(f"{field}={getattr(c, field)} does not divide by tensor-parallel size {tp}")
@@ -85,7 +94,7 @@ def transformer_config(hf_config, tp: int) -> TransformerConfig:
             num_layers=c.num_hidden_layers, hidden_size=c.hidden_size, num_attention_heads=c.num_attention_heads,
             num_query_groups=c.num_key_value_heads, kv_channels=head_dim(c), ffn_hidden_size=c.intermediate_size,
             normalization="RMSNorm", layernorm_epsilon=c.rms_norm_eps, gated_linear_unit=True,
-            activation_func=F.silu, add_bias_linear=False, bias_activation_fusion=False,
+            activation_func=F.silu, add_bias_linear=False, add_qkv_bias=qkv_bias(c), bias_activation_fusion=False,
             tensor_model_parallel_size=tp, hidden_dropout=0.0, attention_dropout=0.0,
             use_cpu_initialization=True, perform_initialization=False, params_dtype=torch.float32)
 
@@ -186,6 +195,11 @@ def hf_to_megatron(hf: dict[str, torch.Tensor], hf_config, tp: int) -> dict[str,
         q = hf[h + "self_attn.q_proj.weight"].reshape(groups, per_group * d, -1)
         k = hf[h + "self_attn.k_proj.weight"].reshape(groups, d, -1)
         v = hf[h + "self_attn.v_proj.weight"].reshape(groups, d, -1)
+        if qkv_bias(c):
+            full[m + "self_attention.linear_qkv.bias"] = torch.cat([
+                hf[h + "self_attn.q_proj.bias"].reshape(groups, per_group * d),
+                hf[h + "self_attn.k_proj.bias"].reshape(groups, d),
+                hf[h + "self_attn.v_proj.bias"].reshape(groups, d)], dim=1).reshape(-1)
         full.update({
             m + "input_layernorm.weight": hf[h + "input_layernorm.weight"],
             m + "self_attention.linear_qkv.weight": torch.cat([q, k, v], dim=1).reshape(-1, q.shape[-1]),
@@ -209,10 +223,16 @@ def megatron_to_hf(full: dict[str, torch.Tensor], hf_config) -> dict[str, torch.
         qkv = full[m + "self_attention.linear_qkv.weight"]
         q, k, v = qkv.reshape(groups, (per_group + 2) * d, -1).split([per_group * d, d, d], dim=1)
         gate, up = full[m + FC1].chunk(2)
+        biases = {}
+        if qkv_bias(c):
+            qb, kb, vb = full[m + "self_attention.linear_qkv.bias"].reshape(groups, (per_group + 2) * d).split(
+                [per_group * d, d, d], dim=1)
+            biases = {"q": qb.reshape(-1), "k": kb.reshape(-1), "v": vb.reshape(-1)}
+        for letter, weight in zip("qkv", (q, k, v)):  # HF's order: each projection's weight, then its bias
+            hf[h + f"self_attn.{letter}_proj.weight"] = weight.reshape(-1, qkv.shape[-1])
+            if biases:
+                hf[h + f"self_attn.{letter}_proj.bias"] = biases[letter]
         hf.update({
-            h + "self_attn.q_proj.weight": q.reshape(-1, qkv.shape[-1]),
-            h + "self_attn.k_proj.weight": k.reshape(-1, qkv.shape[-1]),
-            h + "self_attn.v_proj.weight": v.reshape(-1, qkv.shape[-1]),
             h + "self_attn.o_proj.weight": full[m + "self_attention.linear_proj.weight"],
             h + "mlp.gate_proj.weight": gate, h + "mlp.up_proj.weight": up,
             h + "mlp.down_proj.weight": full[m + "mlp.linear_fc2.weight"],

@@ -59,16 +59,18 @@ def train_bpe_tokenizer(architecture: str, vocab_size: int = 512, corpus: list[s
 
 
 def write_tiny_checkpoint(directory: str | Path, architecture: str = "qwen2", dtype: str = "bfloat16",
-                          generation_config: dict | None = None, seed: int = 0, size: dict | None = None) -> Path:
+                          generation_config: dict | None = None, seed: int = 0, size: dict | None = None,
+                          corpus: list[str] | None = None, vocab_size: int = 512) -> Path:
     """Write a randomly initialised tiny ``architecture`` model and its BPE tokenizer to ``directory`` by
     ``save_pretrained`` (weights in ``dtype``); ``generation_config``: sampling defaults written to
     ``generation_config.json`` as a published checkpoint ships them; ``size``: the model's sizes instead of the tiny
     ones (e.g. a published model's ``hidden_size``, ``num_hidden_layers``, ... and ``vocab_size``: rows past the
-    tokenizer's own tokens are there, as in Qwen's padded embedding). Returns the directory."""
+    tokenizer's own tokens are there, as in Qwen's padded embedding); ``corpus`` and ``vocab_size``: the BPE
+    tokenizer's training text and size (default: ``default_corpus``, 512). Returns the directory."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = train_bpe_tokenizer(architecture)
+    tokenizer = train_bpe_tokenizer(architecture, vocab_size, corpus)
     ids = dict(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
                pad_token_id=tokenizer.pad_token_id)
     sizes = {**SIZE, **ids, **(size or {})}

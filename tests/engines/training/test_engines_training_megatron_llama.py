@@ -38,7 +38,7 @@ WEIGHTS_ATOL = 1e-5
 def models():
     """``{label: HF model}``: ``tiny`` and the grouped-query model, both in eval mode."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     from embodied_rl.models.causal_lm.chat import build_lm
 
@@ -52,7 +52,13 @@ def models():
         with torch.no_grad():  # HF initialises norms to 1: make them matter, and the weights larger
             for param in gqa.parameters():
                 param.add_(torch.randn_like(param) * 0.1)
-    return {"tiny": tiny.eval(), "gqa": gqa.eval()}
+        qwen2 = Qwen2ForCausalLM(Qwen2Config(vocab_size=41, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                             num_key_value_heads=2, intermediate_size=48, tie_word_embeddings=True,
+                                             rope_theta=1e6, max_position_embeddings=64, rms_norm_eps=1e-6))
+        with torch.no_grad():  # its q/k/v biases start at zero: make them (and the norms) matter
+            for param in qwen2.parameters():
+                param.add_(torch.randn_like(param) * 0.1)
+    return {"tiny": tiny.eval(), "gqa": gqa.eval(), "qwen2": qwen2.eval()}
 
 
 def inputs(vocab: int):
@@ -122,7 +128,7 @@ def runs(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-@pytest.mark.parametrize("label", ["tiny", "gqa"])
+@pytest.mark.parametrize("label", ["tiny", "gqa", "qwen2"])
 def test_megatron_copy_gives_the_hf_logits(runs, tp, label):
     import torch
 
