@@ -63,9 +63,6 @@ def _resume_checkpoint(directory: Path, config):
     """The newest readable checkpoint of ``directory`` for ``--resume``, or one line saying why there is none."""
     from embodied_rl.utils.checkpoint import list_checkpoints, load_checkpoint
 
-    if config.actor.backend == "megatron":
-        raise ConfigError("--resume: actor.backend='megatron' runs cannot be resumed yet; allowed: single, ddp, "
-                          "fsdp")
     if not list_checkpoints(directory / "checkpoints"):
         raise ConfigError(f"--resume: {directory} has no checkpoint to resume from")
     checkpoint = load_checkpoint(directory)
@@ -85,9 +82,6 @@ def run_reasoning_train(task: str, config_file: str | None, overrides: list[str]
             raise ConfigError("--resume needs --run-dir (the run to continue)")
         config_file = str(Path(run_dir) / "config.yaml")  # the run's own config, with the overrides given now
     config = load_reasoning_config(task, config_file, overrides, saved=resume)
-    if retries and config.actor.backend == "megatron":
-        raise ConfigError(f"--retries={retries} is out of range with actor.backend='megatron' (its runs cannot be "
-                          "resumed yet); allowed: 0")
     multi_turn = _check_task_starts(config)
     if multi_turn:  # a conversation env: the multi-turn rollout (refusing what it cannot do)
         from embodied_rl.runners.reasoning_multi_turn import MultiTurnReasoningRunner as Runner, check_multi_turn

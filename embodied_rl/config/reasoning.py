@@ -118,8 +118,8 @@ class TextActorConfig:
     backend: str = "single"
     """single (one process), ddp (torch DDP) or fsdp (FSDP2: parameters, gradients and optimizer state sharded);
     gloo on CPU, NCCL on GPU (``engines/training/data_parallel.py``); or megatron (megatron-core tensor
-    parallelism of a Llama model, CPU and gloo only: ``engines/training/megatron_engine.py``; the ``megatron``
-    extra)."""
+    parallelism of a Llama or Qwen2 model, CPU and gloo only: ``engines/training/megatron_engine.py``; the
+    ``megatron`` extra)."""
     world_size: int = 1
     """Trainer processes: data-parallel ranks, each training on its slice of every minibatch; with megatron the
     tensor-parallel size (it must divide the model's attention and key-value heads and MLP width), every rank

@@ -364,7 +364,7 @@ class LMActorWorker(Worker):
 
     @property
     def resumable(self) -> bool:
-        """Whether ``load_training_state`` can restore this trainer (not yet under Megatron's engine)."""
+        """Whether ``load_training_state`` can restore this trainer (every engine's can)."""
         return hasattr(self.engine, "load_full_state_dict")
 
     def load_training_state(self, weights: dict, trainer_state: bytes) -> int:

@@ -23,7 +23,8 @@ import torch.distributed as dist
 
 from embodied_rl.engines.training import megatron_lm
 from embodied_rl.engines.training.data_parallel import _materialize, _meta_skeleton
-from embodied_rl.engines.training.megatron_llama import MegatronLlama, gather, hf_to_megatron, megatron_to_hf
+from embodied_rl.engines.training.megatron_llama import (MegatronLlama, gather, hf_to_megatron, megatron_to_hf,
+                                                         shard)
 
 
 class MegatronLlamaEngine:
@@ -95,11 +96,38 @@ class MegatronLlamaEngine:
         """Full tensors by Megatron name from this rank's slices ``tensors`` (parameter-shaped, by name)."""
         return {name: gather(name, tensor, self.dims[name]) for name, tensor in tensors.items()}
 
-    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
-        """On rank 0 the whole model as an HF state dict (``LlamaForCausalLM.state_dict()``'s keys), CPU copies;
-        None on the others."""
-        full = self._full_megatron(dict(self.model.gpt.named_parameters()))
+    def full_state_dict(self, module: MegatronLlama | None = None) -> dict[str, torch.Tensor] | None:
+        """On rank 0 the whole model (or ``module``, a ``frozen_copy``) as an HF state dict (the HF model's
+        ``state_dict()`` keys), CPU copies; None on the others."""
+        full = self._full_megatron(dict((module or self.model).gpt.named_parameters()))
         return megatron_to_hf(full, self.hf_config) if self.rank == 0 else None
+
+    def load_full_state_dict(self, state: dict[str, torch.Tensor], module: MegatronLlama | None = None) -> None:
+        """On every rank, the same whole-model HF ``state`` (``full_state_dict``'s keys) into the model (or
+        ``module``): each rank keeps its slice."""
+        (module or self.model).load_full(hf_to_megatron({k: v.cpu() for k, v in state.items()}, self.hf_config,
+                                                        self.world_size))
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        """On every rank, the same ``optimizer_state_dict()`` (rank 0's, HF names) into ``optimizer``: each
+        parameter-shaped entry converted like the weights and sliced for this rank, the scalars (AdamW's step)
+        given to every parameter; the groups' settings (lr, betas, ...) as saved."""
+        per_param = state["state"]
+        params = dict(self.model.gpt.named_parameters())
+        keys = sorted({key for entry in per_param.values() for key, value in entry.items()
+                       if torch.is_tensor(value) and value.dim() > 0})
+        optimizer.state.clear()
+        for key in keys:
+            full = hf_to_megatron({name: entry[key] for name, entry in per_param.items()}, self.hf_config,
+                                  self.world_size)
+            for name, param in params.items():
+                optimizer.state[param][key] = shard(name, full[name], self.dims[name]).clone()
+        scalars = {key: value for entry in per_param.values() for key, value in entry.items()
+                   if not (torch.is_tensor(value) and value.dim() > 0)}
+        for param in params.values():
+            optimizer.state[param].update({k: v.clone() if torch.is_tensor(v) else v for k, v in scalars.items()})
+        for group, saved in zip(optimizer.param_groups, state["param_groups"]):
+            group.update({k: v for k, v in saved.items() if k != "params"})
 
     def full_module(self) -> torch.nn.Module | None:
         """On rank 0 a fresh HF model holding the whole model (to save in the HF layout); None on the others."""

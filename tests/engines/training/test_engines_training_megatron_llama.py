@@ -192,6 +192,33 @@ def test_megatron_on_a_machine_with_gpus_is_one_config_error(monkeypatch):
         load_reasoning_config("math_arith", None, ["actor.backend=megatron"])
 
 
+def check_exact_resume(worker, state: dict | None) -> None:
+    """One more update (GRPO with a KL reference) from here, then ``state`` (rank 0's checkpoint state, given to
+    every rank) loaded back and the same update again: the same weights and metrics, bit for bit (weights, AdamW
+    moments and step, the KL reference and the RNGs all came back). Leaves the worker as ``state`` had it."""
+    import torch
+    import torch.distributed as dist
+
+    from embodied_rl.algorithms.text_rl import TextRLConfig
+
+    box = [state]
+    dist.broadcast_object_list(box, src=0)
+    state = box[0]
+    worker.algorithm = TextRLConfig(group_size=4, kl_coef=0.1)
+
+    def update() -> tuple[dict, dict]:
+        metrics = worker.rl_update(dp.make_batch(7), lr=1e-3, temperature=1.0, num_minibatches=2)
+        return {k: v.detach().clone() for k, v in worker.engine.model.gpt.named_parameters()}, metrics
+
+    first, first_metrics = update()
+    assert worker.load_training_state(state["weights"], state["trainer_state"]) == worker.policy_version
+    second, second_metrics = update()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert {k: v for k, v in first_metrics.items() if not k.startswith("time/")} == \
+        {k: v for k, v in second_metrics.items() if not k.startswith("time/")}
+    worker.load_training_state(state["weights"], state["trainer_state"])
+
+
 def rank_main(rank: int, world_size: int, port: int, out: Path | None = None) -> tuple | None:
     """A TP rank: the trainer's updates, its checkpoint state and HF save (under ``out``), the engine-level
     logits; rank 0 returns ``(weights, metrics, logits)``."""
@@ -208,6 +235,7 @@ def rank_main(rank: int, world_size: int, port: int, out: Path | None = None) ->
                 dist.all_gather(copies, param.detach())
                 assert all(torch.equal(c, copies[0]) for c in copies), name
         state = worker.training_state()
+        check_exact_resume(worker, state)
         saved = worker.save_pretrained(str(out / "model") if rank == 0 else "")
         assert (weights is None, state is None, saved is None) == (rank != 0,) * 3, "rank 0 alone returns them"
         logits = megatron_logits(world_size)
