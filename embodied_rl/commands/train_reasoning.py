@@ -61,11 +61,15 @@ def saved_task(run_dir: Path) -> str | None:
 
 def _resume_checkpoint(directory: Path, config):
     """The newest readable checkpoint of ``directory`` for ``--resume``, or one line saying why there is none."""
-    from embodied_rl.utils.checkpoint import list_checkpoints, load_checkpoint
+    from embodied_rl.utils.checkpoint import has_checkpoint, is_stop_checkpoint, load_checkpoint
 
-    if not list_checkpoints(directory / "checkpoints"):
+    if not has_checkpoint(directory / "checkpoints"):
         raise ConfigError(f"--resume: {directory} has no checkpoint to resume from")
     checkpoint = load_checkpoint(directory)
+    if is_stop_checkpoint(checkpoint.path):
+        print(f"note: resuming from the stop checkpoint {checkpoint.path.name} "
+              f"({checkpoint.counters.get('stop_reason', 'interrupted')}), written at an iteration's boundary",
+              file=sys.stderr, flush=True)
     if checkpoint.counters.get("task") != config.task:
         raise ConfigError(f"--resume: the checkpoint {checkpoint.path} is of task "
                           f"{checkpoint.counters.get('task')!r}, not {config.task!r}")

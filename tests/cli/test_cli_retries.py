@@ -158,3 +158,36 @@ def test_retries_of_a_staged_recipe_continue_its_unfinished_stage(tmp_path):
     assert "stage 0-sft: finished earlier" in stdout
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["attempts"] == 2 and summary["stages"]["1-grpo"]["env_steps"] == 80
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_text_run_leaves_a_stop_checkpoint_that_resumes_bit_for_bit(tmp_path):
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) mid-run: exit 130, one stop
+    checkpoint, no process left; ``--resume`` from it ends with the uninterrupted run's final weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    overrides = [o for o in TEXT if not o.startswith(("checkpoint.", "rl.iterations"))] + [
+        "checkpoint.every_iterations=0", "rl.iterations=8", "algorithm.kl_coef=0.1"]
+    whole = TrackedProcess(["train", "--task", "math_arith", "--run-dir", str(tmp_path / "whole"), *overrides])
+    returncode, _, stderr = whole.wait(timeout=400)
+    assert returncode == 0, stderr[-3000:]
+
+    run_dir = tmp_path / "stopped"
+    process = TrackedProcess(["train", "--task", "math_arith", "--run-dir", str(run_dir), *overrides],
+                             new_session=True)
+    metrics, deadline = run_dir / "metrics.jsonl", time.time() + 400
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 4):  # start, SFT and two iterations
+        assert process.poll() is None and time.time() < deadline, process.popen.communicate()[1][-3000:]
+        time.sleep(0.1)
+    os.killpg(process.popen.pid, signal.SIGINT)
+    returncode, _, stderr = process.wait(timeout=300)
+    assert returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "interrupt; stop checkpoint written" in stderr
+    assert not process.leftovers()
+    checkpoint = load_checkpoint(run_dir)
+    assert checkpoint.counters["interrupted"] and 2 <= checkpoint.counters["iteration"] < 8
+    resumed = run_cli("train", "--run-dir", str(run_dir), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected, got = (load_file(str(d / "model" / "model.safetensors")) for d in (tmp_path / "whole", run_dir))
+    assert all(torch.equal(got[name], expected[name]) for name in expected)
