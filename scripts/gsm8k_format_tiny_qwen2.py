@@ -59,7 +59,7 @@ def main() -> int:
     command = [sys.executable, "-m", "embodied_rl.cli", "train", "--task", "math_jsonl",
                "--config", "configs/recipes/reasoning/gsm8k_1gpu.yaml", "--run-dir", str(work / "run"),
                f"model.name={checkpoint}", f"env.path={work / 'train.jsonl'}",
-               f"env.heldout_path={work / 'test.jsonl'}", "placement.components={}",
+               f"env.heldout_path={work / 'test.jsonl'}", "placement.components={'env,rollout,actor': '0-1'}",
                "rollout.max_new_tokens=24", "sft.steps=1500", "sft.batch_size=64", "sft.lr=3e-3",
                f"rl.iterations={args.rl_iterations}", "rl.prompts_per_iteration=32", "rl.lr=1e-4",
                "rl.warmup_iterations=0", "rl.num_minibatches=1", "algorithm.kl_coef=0", "actor.micro_batch_size=64",
