@@ -160,7 +160,10 @@ def test_retries_of_a_staged_recipe_continue_its_unfinished_stage(tmp_path):
     assert summary["attempts"] == 2 and summary["stages"]["1-grpo"]["env_steps"] == 80
 
 
+# -m heavy only (CI time): the stop checkpoint's boundary logic and its exact resume are tested in process
+# (tests/runners/test_runners_reasoning_stop.py), the signal's way to the driver by the embodied runs' CLI tests.
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_ctrl_c_of_a_text_run_leaves_a_stop_checkpoint_that_resumes_bit_for_bit(tmp_path):
     """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) mid-run: exit 130, one stop
     checkpoint, no process left; ``--resume`` from it ends with the uninterrupted run's final weights."""

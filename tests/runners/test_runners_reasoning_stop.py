@@ -15,15 +15,23 @@ def _final_weights(run_dir) -> dict:
     return load_file(str(run_dir / "model" / "model.safetensors"))
 
 
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory, cluster):
+    """The uninterrupted run's directory."""
+    from embodied_rl.config.reasoning import load_reasoning_config
+    from embodied_rl.runners.reasoning import ReasoningRunner
+
+    run_dir = tmp_path_factory.mktemp("whole")
+    ReasoningRunner(load_reasoning_config("math_arith", None, OVERRIDES), run_dir).run()
+    return run_dir
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cut", ["sampling", "update"])
-def test_a_stopped_text_run_resumes_from_its_stop_checkpoint_bit_for_bit(tmp_path, cluster, cut):
+def test_a_stopped_text_run_resumes_from_its_stop_checkpoint_bit_for_bit(tmp_path, cluster, whole, cut):
     from embodied_rl.config.reasoning import load_reasoning_config
     from embodied_rl.runners.reasoning import ReasoningRunner
     from embodied_rl.utils.checkpoint import is_stop_checkpoint, load_checkpoint
-
-    whole = tmp_path / "whole"
-    ReasoningRunner(load_reasoning_config("math_arith", None, OVERRIDES), whole).run()
 
     stopped = tmp_path / "stopped"
     runner = ReasoningRunner(load_reasoning_config("math_arith", None, OVERRIDES), stopped)
