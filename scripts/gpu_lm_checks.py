@@ -93,6 +93,7 @@ def check_micro_batches(directory: Path) -> str:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from embodied_rl.engines.training.micro_batches import accumulation_weight, micro_batches
+    from embodied_rl.workers.lm_rows import enable_activation_checkpointing
 
     shape = Path("embodied_rl/configs/recipes/reasoning/shapes/qwen2.5-0.5b-instruct/config.json")
     config = AutoConfig.for_model(**{k: v for k, v in json.loads(shape.read_text()).items()
@@ -106,9 +107,9 @@ def check_micro_batches(directory: Path) -> str:
 
     def gradient(passes, checkpointing: bool) -> tuple[dict, float]:
         if checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(model)
         else:
-            model.gradient_checkpointing_disable()
+            (getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable)()
         model.zero_grad(set_to_none=True)
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
