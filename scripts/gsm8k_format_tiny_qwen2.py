@@ -1,5 +1,6 @@
 """A GSM8K-format JSONL run on a tiny Qwen2 checkpoint (random weights, a byte-level BPE tokenizer trained here,
-saved in bf16 by save_pretrained), through the GSM8K recipe's prompt and answer format with CPU-sized settings:
+saved by save_pretrained in float32: bf16 autocast is slow on this CPU), through the GSM8K recipe's prompt and
+answer format with CPU-sized settings:
 
     python scripts/gsm8k_format_tiny_qwen2.py [--workdir /tmp/gsm8k_tiny] [--rl-iterations 150]
 
@@ -52,7 +53,8 @@ def main() -> int:
     checkpoint = work / "qwen2-tiny"
     if not (checkpoint / "config.json").is_file():
         corpus = default_corpus() + [r["question"] + " " + r["answer"] for r in rows[:2000]]
-        write_tiny_checkpoint(checkpoint, "qwen2", size={"hidden_size": 128, "num_hidden_layers": 4,
+        # float32 weights: on a CPU without bf16 matrix units autocast to bf16 is several times slower
+        write_tiny_checkpoint(checkpoint, "qwen2", dtype="float32", size={"hidden_size": 128, "num_hidden_layers": 4,
                                                          "intermediate_size": 384, "num_attention_heads": 4,
                                                          "num_key_value_heads": 2, "max_position_embeddings": 512},
                               corpus=corpus)
@@ -60,7 +62,7 @@ def main() -> int:
                "--config", "configs/recipes/reasoning/gsm8k_1gpu.yaml", "--run-dir", str(work / "run"),
                f"model.name={checkpoint}", f"env.path={work / 'train.jsonl'}",
                f"env.heldout_path={work / 'test.jsonl'}", "placement.components={'env,rollout,actor': '0-1'}",
-               "rollout.max_new_tokens=24", "sft.steps=1500", "sft.batch_size=64", "sft.lr=3e-3",
+               "rollout.max_new_tokens=24", "sft.steps=1000", "sft.batch_size=64", "sft.lr=3e-3",
                f"rl.iterations={args.rl_iterations}", "rl.prompts_per_iteration=32", "rl.lr=1e-4",
                "rl.warmup_iterations=0", "rl.num_minibatches=1", "algorithm.kl_coef=0", "actor.micro_batch_size=64",
                "actor.activation_checkpointing=false", "eval.every_iterations=25", "eval.num_problems=200",
