@@ -2,11 +2,11 @@
 saved by save_pretrained in float32: bf16 autocast is slow on this CPU), through the GSM8K recipe's prompt and
 answer format with CPU-sized settings:
 
-    python scripts/gsm8k_format_tiny_qwen2.py [--workdir /tmp/gsm8k_tiny] [--rl-iterations 150]
+    python scripts/gsm8k_format_tiny_qwen2.py [--workdir /tmp/gsm8k_tiny] [--sft-steps 600] [--rl-iterations 60]
 
 Problems: one-step word problems ("Tom has 17 apples and buys 5 more. How many apples does he have?") whose answers
 are worked solutions ending in "#### 22", 2,000 for training and 200 held out. SFT on the worked solutions, then
-GRPO; held-out accuracy (greedy, "####" answers verified) at the start, after SFT and every 25 RL iterations."""
+GRPO; held-out accuracy (greedy, "####" answers verified) at the start, after SFT and every 10 RL iterations."""
 
 import argparse
 import json
@@ -35,7 +35,9 @@ def problem(rng: random.Random) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workdir", default="/tmp/gsm8k_tiny")
-    parser.add_argument("--rl-iterations", type=int, default=150)
+    parser.add_argument("--sft-steps", type=int, default=600)
+    parser.add_argument("--rl-iterations", type=int, default=60)
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per RL iteration (8 answers each)")
     args = parser.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -62,10 +64,10 @@ def main() -> int:
                "--config", "configs/recipes/reasoning/gsm8k_1gpu.yaml", "--run-dir", str(work / "run"),
                f"model.name={checkpoint}", f"env.path={work / 'train.jsonl'}",
                f"env.heldout_path={work / 'test.jsonl'}", "placement.components={'env,rollout,actor': '0-1'}",
-               "rollout.max_new_tokens=24", "sft.steps=1000", "sft.batch_size=64", "sft.lr=3e-3",
-               f"rl.iterations={args.rl_iterations}", "rl.prompts_per_iteration=32", "rl.lr=1e-4",
+               "rollout.max_new_tokens=24", f"sft.steps={args.sft_steps}", "sft.batch_size=32", "sft.lr=3e-3",
+               f"rl.iterations={args.rl_iterations}", f"rl.prompts_per_iteration={args.prompts}", "rl.lr=1e-4",
                "rl.warmup_iterations=0", "rl.num_minibatches=1", "algorithm.kl_coef=0", "actor.micro_batch_size=64",
-               "actor.activation_checkpointing=false", "eval.every_iterations=25", "eval.num_problems=200",
+               "actor.activation_checkpointing=false", "eval.every_iterations=10", "eval.num_problems=200",
                "eval.samples_per_problem=0", "checkpoint.every_iterations=50", "torch_threads=2"]
     return subprocess.call(command)
 
