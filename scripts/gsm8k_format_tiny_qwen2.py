@@ -38,6 +38,7 @@ def main() -> int:
     parser.add_argument("--sft-steps", type=int, default=600)
     parser.add_argument("--rl-iterations", type=int, default=60)
     parser.add_argument("--prompts", type=int, default=16, help="prompts per RL iteration (8 answers each)")
+    parser.add_argument("--rl-lr", type=float, default=1e-4)
     args = parser.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -65,7 +66,8 @@ def main() -> int:
                f"model.name={checkpoint}", f"env.path={work / 'train.jsonl'}",
                f"env.heldout_path={work / 'test.jsonl'}", "placement.components={'env,rollout,actor': '0-1'}",
                "rollout.max_new_tokens=24", f"sft.steps={args.sft_steps}", "sft.batch_size=32", "sft.lr=3e-3",
-               f"rl.iterations={args.rl_iterations}", f"rl.prompts_per_iteration={args.prompts}", "rl.lr=1e-4",
+               f"rl.iterations={args.rl_iterations}", f"rl.prompts_per_iteration={args.prompts}",
+               f"rl.lr={args.rl_lr}",
                "rl.warmup_iterations=0", "rl.num_minibatches=1", "algorithm.kl_coef=0", "actor.micro_batch_size=64",
                "actor.activation_checkpointing=false", "eval.every_iterations=10", "eval.num_problems=200",
                "eval.samples_per_problem=0", "checkpoint.every_iterations=50", "torch_threads=2"]
