@@ -69,6 +69,7 @@ def main() -> int:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--workdir", default="/tmp/lm_at_size")
+    parser.add_argument("--timeout-s", type=float, default=3600.0, help="the run's deadline")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -86,9 +87,14 @@ def main() -> int:
     stop, result = threading.Event(), []
     sampler = threading.Thread(target=peak_memory_of, args=(process, stop, result))
     sampler.start()
-    code = process.wait()
+    try:
+        code = process.wait(timeout=args.timeout_s)
+    except subprocess.TimeoutExpired:
+        process.terminate()  # the train command writes a stop checkpoint and stops its workers
+        code = process.wait(timeout=660)  # its own deadline to stop is 600 s
+        print(f"the run passed --timeout-s={args.timeout_s:g} and was stopped", file=sys.stderr)
     stop.set()
-    sampler.join()
+    sampler.join(timeout=10)  # one sample takes well under a second
     print(json.dumps({"shape": args.shape, "features": args.features, "lora": args.lora, "exit_code": code,
                       "wall_s": round(time.perf_counter() - start, 1), "peak_pss_gib": round(result[0] / 2 ** 30, 2),
                       "peak_machine_used_gib": round(result[1] / 2 ** 30, 2),

@@ -66,13 +66,13 @@ def _decoder_stack(lm, tokens: int) -> Stack:
 
 
 def micro_batch_rows(config, slice_rows: int, tokens: int) -> int:
-    """Rows in the largest micro-batch of a slice of ``slice_rows`` sequences of ``tokens`` tokens each."""
-    rows = slice_rows
-    if config.actor.micro_batch_size:
-        rows = min(rows, config.actor.micro_batch_size)
-    if config.actor.max_tokens_per_micro_batch:
-        rows = min(rows, max(1, config.actor.max_tokens_per_micro_batch // tokens))
-    return max(rows, 1)
+    """Rows in the largest micro-batch the trainer cuts from a slice of ``slice_rows`` sequences of ``tokens``
+    tokens each (``engines/training/micro_batches.py``, with the run's ``actor.*`` limits)."""
+    from embodied_rl.engines.training.micro_batches import micro_batches
+
+    passes = micro_batches(list(range(slice_rows)), [tokens] * slice_rows, config.actor.micro_batch_size,
+                           config.actor.max_tokens_per_micro_batch)
+    return max((len(part) for part in passes), default=1)
 
 
 def trainer_plan(config, model, dtype: torch.dtype, prompt_tokens: int) -> tuple[dict, int]:

@@ -71,31 +71,43 @@ def run_train(task: str | None, config_file: str | None, overrides: list[str], r
     base.run_dir = str(directory)
     write_text_atomic(directory / "config.yaml", to_yaml(base))  # on --resume: with the overrides given now
     print(f"run directory: {directory}", flush=True)
-    attempt = 1
-    while True:
-        try:
-            summary = _run_one(stages[0].config, directory, resume) if not staged else \
-                _run_stages(stages, directory, resume)
-            break
-        except ConfigError:
-            raise
-        except Exception as error:  # a runtime failure (KeyboardInterrupt, a user's stop, is no Exception)
-            if attempt > retries:
-                raise
-            _record_failure(directory, attempt)
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            print(f"retry {attempt}/{retries}: attempt {attempt} failed ({type(error).__name__}: {first_line}); "
-                  f"resuming {directory} from its newest checkpoint (traceback in {directory / FAILURES_FILE})",
-                  file=sys.stderr, flush=True)
-            attempt += 1
-            # As `--resume` would: the run's own config.yaml (the overrides given and any resize since, recorded)
-            base, stages = load_stages(None, str(directory / "config.yaml"), [], saved=True)
-            resume = True
-    if attempt > 1:
-        summary["attempts"] = attempt
+
+    def attempt(number: int) -> dict:
+        nonlocal stages, resume
+        if number > 1:  # as `--resume` would: the run's own config.yaml (the overrides given and resizes since)
+            stages, resume = load_stages(None, str(directory / "config.yaml"), [], saved=True)[1], True
+        return _run_one(stages[0].config, directory, resume) if not staged else \
+            _run_stages(stages, directory, resume)
+
+    summary = with_retries(directory, retries, attempt)
     write_text_atomic(directory / SUMMARY_FILE, json.dumps(summary, indent=2))
     print(json.dumps(summary), flush=True)
     return 0
+
+
+def with_retries(directory: Path, retries: int, attempt) -> dict:
+    """``attempt(number)``'s summary, calling it again (number 2, 3, ...: it resumes the run) after a runtime failure
+    (not a ``ConfigError``; an interrupt is no ``Exception``), at most ``retries`` times: one ``retry k/N`` line each
+    and the traceback in the run's ``failures.log``; ``attempts`` in the summary when more than one ran."""
+    number = 1
+    while True:
+        try:
+            summary = attempt(number)
+            break
+        except ConfigError:
+            raise
+        except Exception as error:
+            if number > retries:
+                raise
+            _record_failure(directory, number)
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            print(f"retry {number}/{retries}: attempt {number} failed ({type(error).__name__}: {first_line}); "
+                  f"resuming {directory} from its newest checkpoint (traceback in {directory / FAILURES_FILE})",
+                  file=sys.stderr, flush=True)
+            number += 1
+    if number > 1:
+        summary["attempts"] = number
+    return summary
 
 
 def _record_failure(directory: Path, attempt: int) -> None:

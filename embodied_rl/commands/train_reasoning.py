@@ -78,7 +78,7 @@ def _resume_checkpoint(directory: Path, config):
 
 def run_reasoning_train(task: str, config_file: str | None, overrides: list[str], run_dir: str | None,
                         resume: bool, retries: int = 0) -> int:
-    from embodied_rl.commands.train import FAILURES_FILE, _record_failure, _start_over
+    from embodied_rl.commands.train import _start_over, with_retries
     from embodied_rl.utils.checkpoint import has_checkpoint
 
     if resume:
@@ -107,32 +107,21 @@ def run_reasoning_train(task: str, config_file: str | None, overrides: list[str]
     config.run_dir = str(directory)
     write_text_atomic(directory / "config.yaml", reasoning_yaml(config))
     print(f"run directory: {directory}", flush=True)
-    attempt = 1
-    while True:
-        try:
-            runner = Runner(config, directory, checkpoint) if checkpoint else Runner(config, directory)
-            runner.run()
-            break
-        except ConfigError:
-            raise
-        except Exception as error:  # a runtime failure (KeyboardInterrupt, a user's stop, is no Exception)
-            if attempt > retries:
-                raise
-            _record_failure(directory, attempt)
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            print(f"retry {attempt}/{retries}: attempt {attempt} failed ({type(error).__name__}: {first_line}); "
-                  f"resuming {directory} from its newest checkpoint (traceback in {directory / FAILURES_FILE})",
-                  file=sys.stderr, flush=True)
-            attempt += 1
+
+    def attempt(number: int) -> dict:
+        nonlocal config, checkpoint
+        if number > 1:  # as `--resume` would: the run's own config.yaml; no checkpoint yet: start over
             config = load_reasoning_config(None, str(directory / "config.yaml"), [], saved=True)
+            checkpoint = None
             if has_checkpoint(directory / "checkpoints"):
                 checkpoint = _resume_checkpoint(directory, config)
             else:
                 _start_over(directory)
-                checkpoint = None
-    summary = dict(runner.summary)
-    if attempt > 1:
-        summary["attempts"] = attempt
+        runner = Runner(config, directory, checkpoint) if checkpoint else Runner(config, directory)
+        runner.run()
+        return dict(runner.summary)
+
+    summary = with_retries(directory, retries, attempt)
     write_text_atomic(directory / SUMMARY_FILE, json.dumps(summary, indent=2))
     print(json.dumps(summary), flush=True)
     return 0

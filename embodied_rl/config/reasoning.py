@@ -252,10 +252,10 @@ def text_placement(config: "ReasoningConfig", gpus_planned: int | None = None):
 
     from embodied_rl.runtime.placement import PlacementError, build_placement
 
-    gpus = gpus_planned is not None or torch.cuda.is_available()
     if gpus_planned is not None:
-        kind, available = "GPU", gpus_planned
+        gpus, kind, available = True, "GPU", gpus_planned
     else:
+        gpus = torch.cuda.is_available()
         kind, available = ("GPU", torch.cuda.device_count()) if gpus else ("core", os.cpu_count() or 1)
     slots = config.placement.slots or available
     if slots > available:

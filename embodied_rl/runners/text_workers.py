@@ -57,7 +57,8 @@ class TextWorkers:
         self.env, self.generation, self.actor = env, generation, actor
         # with its group, a dead or hung single-turn env worker is replaced from its last known sampler state
         self.env_group, self.env_state, self.env_restarts = env_group, None, 0
-        self.env_advanced = False  # a score has drawn new prompts: a fresh worker no longer matches without a state
+        if env_group is not None:
+            self.env_state = get_within(env.state.remote(), config.fault.hang_timeout_s, "the text env worker's state")
         self.published_version = 0
         self.faults = dict.fromkeys(FAULT_COUNTERS, 0)
         self.restarts: dict[int, int] = {}  # generation rank -> replacements so far
@@ -207,18 +208,15 @@ class TextWorkers:
                                     f"the text env worker's {method}")
                 break
             except (ray.exceptions.RayActorError, DeadlineExceeded) as error:
-                if self.env_group is None or method not in REPLAYABLE_ENV_CALLS or \
-                        (self.env_state is None and self.env_advanced):
+                if self.env_group is None or method not in REPLAYABLE_ENV_CALLS:
                     raise
                 self._replace_env(error)
         if method == "state":
             self.env_state = result
         elif method == "restore":
             self.env_state = args[0]
-        elif method == "score":
-            self.env_advanced = True
-            if self.env_group is not None:
-                self.env_state = self.call_env("state")
+        elif method == "score" and self.env_group is not None:
+            self.env_state = self.call_env("state")
         return result
 
     def _replace_env(self, error) -> None:
@@ -229,9 +227,8 @@ class TextWorkers:
         print(f"text env worker died ({one_line(error)}); replacing it from its last sampler state",
               file=sys.stderr, flush=True)
         self.env = self.env_group.replace(0)
-        if self.env_state is not None:  # else nothing has moved the sampler yet: a fresh worker matches
-            get_within(self.env.restore.remote(self.env_state), self.config.fault.hang_timeout_s,
-                       "the replacement text env worker's restore")
+        get_within(self.env.restore.remote(self.env_state), self.config.fault.hang_timeout_s,
+                   "the replacement text env worker's restore")
         self.faults["fault/env_workers_replaced"] += 1
 
     def apply_scale_request(self, run_dir: Path) -> dict:

@@ -137,12 +137,12 @@ class LMActorWorker(Worker):
         with torch.autocast(device_type=self.device.type, dtype=self.compute_dtype, enabled=self.mixed_precision):
             return response_logprobs(model, prompts, responses, self.pad_id, temperature)
 
-    def _passes(self, rows: list[int], tokens: list[int], agree: bool = True) -> list[list[int]]:
+    def _passes(self, rows: list[int], tokens: list[int]) -> list[list[int]]:
         """``rows`` (``tokens[i]``: row ``rows[i]``'s prompt + response tokens) cut into micro-batches by
-        ``micro_batch_size`` and ``max_tokens_per_micro_batch``; ``agree``: padded with empty passes to the largest
-        count over the ranks (each pass's forward and backward is collective)."""
+        ``micro_batch_size`` and ``max_tokens_per_micro_batch``, padded with empty passes to the largest count over
+        the ranks (under FSDP and Megatron every forward is collective)."""
         passes = micro_batches(rows, tokens, self.micro_batch_size, self.max_tokens_per_micro_batch)
-        if agree and self.engine.distributed and self.engine.world_size > 1:
+        if self.engine.distributed and self.engine.world_size > 1:
             counts = [0.0] * self.engine.world_size
             counts[self.engine.rank] = float(len(passes))
             passes = pad_passes(passes, int(max(self.engine.all_reduce_sum(counts))))
@@ -156,11 +156,14 @@ class LMActorWorker(Worker):
         logp = torch.zeros(len(responses), width, device=self.device)
         mask = torch.zeros(len(responses), width, device=self.device)
         tokens = [len(p) + len(r) for p, r in zip(prompts, responses)]
-        for rows in self._passes(list(range(len(responses))), tokens, agree=False):
-            part, part_mask = self._logprobs(model, [prompts[i] for i in rows], [responses[i] for i in rows],
+        for rows in self._passes(list(range(len(responses))), tokens):
+            # an empty pass (another rank has more) still runs the collective forward (FSDP, Megatron), unused
+            idx = rows or [0]
+            part, part_mask = self._logprobs(model, [prompts[i] for i in idx], [responses[i] for i in idx],
                                              temperature)
-            logp[rows, :part.shape[1]] = part.float()
-            mask[rows, :part.shape[1]] = part_mask
+            if rows:
+                logp[rows, :part.shape[1]] = part.float()
+                mask[rows, :part.shape[1]] = part_mask
         return logp, mask
 
     def _apply(self, lr: float, max_grad_norm: float) -> float:
@@ -259,11 +262,10 @@ class LMActorWorker(Worker):
         def denominator(idx: list[int]) -> float:
             return aggregation_denominator(agg, [counts[i] for i in idx], [len(responses[i]) for i in idx])
 
-        minibatches = [[part.tolist() for part in torch.chunk(torch.randperm(len(rows), generator=self.generator),
-                                                             num_minibatches)] for _ in range(update_rounds)]
-        plan = [[(minibatch, *self._local_rows(minibatch, denominator)) for minibatch in round_minibatches]
-                for round_minibatches in minibatches]
-        needed = sorted({i for round_plan in plan for _, idx, _ in round_plan for i in idx} or {0})
+        plan = [[self._local_rows(part.tolist(), denominator)
+                 for part in torch.chunk(torch.randperm(len(rows), generator=self.generator), num_minibatches)]
+                for _ in range(update_rounds)]
+        needed = sorted({i for round_plan in plan for idx, _ in round_plan for i in idx} or {0})
         at = {row: j for j, row in enumerate(needed)}
         needed_prompts, needed_responses = [prompts[i] for i in needed], [responses[i] for i in needed]
         with torch.no_grad():
@@ -281,7 +283,7 @@ class LMActorWorker(Worker):
         loss_total = norm_total = 0.0
         tokens = [len(p) + len(r) for p, r in zip(prompts, responses)]
         for round_plan in plan:
-            for minibatch, local, scale in round_plan:
+            for local, scale in round_plan:
                 local_total = denominator(local)
                 for part in self._passes(local, [tokens[i] for i in local]):
                     # an empty pass still runs the collective forward and backward, at weight 0
@@ -307,7 +309,7 @@ class LMActorWorker(Worker):
             diff = (((old - rollout).abs() * mask).sum() / mask.sum()).item()
         else:
             # The first round's slices partition the rows across ranks: the difference over each row once.
-            own_rows = [i for _, local, _ in plan[0] for i in local]
+            own_rows = [i for local, _ in plan[0] for i in local]
             own = [at[i] for i in own_rows]
             gap = ((old[own] - rollout[own_rows][:, :old.shape[1]]).abs() * mask[own]).sum().item()
             keys = sorted(sums)
@@ -326,7 +328,7 @@ class LMActorWorker(Worker):
         optimizer = self.engine.optimizer_state_dict(self.optimizer) if self.engine.distributed else \
             self.optimizer.state_dict()
         # the KL reference, once RL made it (a resumed run must not take the resumed weights)
-        reference = self.reference.state() if self.resumable else None
+        reference = self.reference.state()
         if self.lora:  # the adapters beside the frozen base, as trained (the merged weights would not resume)
             weights = host_weights(self.model)  # LoRA runs have one trainer process
         else:
@@ -364,16 +366,9 @@ class LMActorWorker(Worker):
 
         return ray.util.get_node_ip_address()
 
-    @property
-    def resumable(self) -> bool:
-        """Whether ``load_training_state`` can restore this trainer (every engine's can)."""
-        return hasattr(self.engine, "load_full_state_dict")
-
     def load_training_state(self, weights: dict, trainer_state: bytes) -> int:
         """On every rank, the same ``training_state()`` of a run with this backend: weights, optimizer moments, the
         KL reference, the RNGs and the policy version, so training goes on as if never stopped; the version."""
-        if not self.resumable:
-            raise RuntimeError(f"trainer {self.address}: its engine cannot restore a training state")
         state = torch.load(io.BytesIO(trainer_state), map_location="cpu", weights_only=True)
         tensors = {name: as_tensor(value).to(self.device) for name, value in weights.items()}
         self.engine.load_full_state_dict(tensors)

@@ -19,7 +19,10 @@ import pytest
 from tests.tests_helpers import start_rank_processes, wait_rank_processes
 
 pytestmark = pytest.mark.slow  # ~18 s of CPU in all, most of it 3 processes importing torch and transformers
-BACKENDS = ("ddp", "fsdp")
+BACKENDS = ("ddp", "fsdp", "fsdp_micro")
+"""``fsdp_micro``: FSDP with micro-batches by a token budget, so the ranks cut their slices into different numbers
+of passes and must still run the same number of collective forwards (empty passes padded in)."""
+MICRO = {"max_tokens_per_micro_batch": 20}
 
 EXAMPLES = [("1+1", "2"), ("2+3", "5"), ("9+9", "18"), ("12+30", "42")]
 UPDATES = [  # (algorithm overrides, update_rounds, num_minibatches, loss_mask: random / none / all rows but one)
@@ -40,7 +43,7 @@ def make_batch(seed: int, n: int = 8) -> dict:
                 loss_mask=[[int(v) for v in (rng.random(len(t)) > 0.3)] for t in tokens])
 
 
-def train(data_parallel: dict | None):
+def train(data_parallel: dict | None, memory: dict | None = None):
     """``(worker, weights or None, metrics)`` after the SFT and the three RL updates (weights and metrics: rank 0)."""
     import torch
 
@@ -50,7 +53,7 @@ def train(data_parallel: dict | None):
     torch.set_num_threads(1)
     rank = (data_parallel or {}).get("rank", 0)
     worker = LMActorWorker(model={"name": "tiny"}, algorithm=TextRLConfig(group_size=4), seed=5,
-                           data_parallel=data_parallel, group="lm-actor", rank=rank,
+                           data_parallel=data_parallel, memory=memory, group="lm-actor", rank=rank,
                            world_size=(data_parallel or {}).get("world_size", 1))
     metrics = [worker.sft_update(EXAMPLES, steps=2, batch_size=3, lr=1e-3),
                worker.sft_update(EXAMPLES, steps=1, batch_size=1, lr=1e-3)]
@@ -111,9 +114,9 @@ def test_two_gloo_ranks_train_like_one_process(backend, runs):
 
 
 def rank_main(backend: str, rank: int, world_size: int, port: int, out: Path) -> None:
-    worker, weights, metrics = train(dict(backend=backend, rank=rank, world_size=world_size,
+    worker, weights, metrics = train(dict(backend=backend.removesuffix("_micro"), rank=rank, world_size=world_size,
                                           master_address="127.0.0.1", master_port=port, served_store=True,
-                                          timeout_s=120))
+                                          timeout_s=120), MICRO if backend.endswith("_micro") else None)
     state = worker.training_state()
     saved = worker.save_pretrained(str(out / "model"))
     assert (weights is None, state is None, saved is None) == (rank != 0,) * 3, "rank 0 alone returns them"
