@@ -199,8 +199,8 @@ class ReasoningConfig:
     (the generation workers) and ``actor`` (the trainer ranks), e.g. ``{"env,rollout": "0", "actor": "1"}``; a slot
     is a GPU where CUDA exists, else a CPU core (each worker's process is pinned to its component's slots). Where
     rollout and actor share slots they take turns, the idle side offloaded (``placement.offload``). Empty
-    ``components`` (the default): Ray places the workers, nothing pinned. ``placement.nodes`` is for embodied
-    runs only."""
+    ``components`` (the default): Ray places the workers, nothing pinned. ``placement.nodes`` puts a component's
+    workers on Ray nodes by index (alive nodes, the head first), as for embodied runs, e.g. ``{"actor": "1"}``."""
     fault: FaultConfig = field(default_factory=FaultConfig)
     """The embodied runs' deadlines: ``hang_timeout_s`` bounds every generation, scoring and weight call (a
     generation worker past it is killed and replaced like a dead one), ``update_timeout_s`` every trainer update,
@@ -308,8 +308,11 @@ def _require(condition: bool, key: str, value, allowed: str) -> None:
 
 def validate_reasoning(c: ReasoningConfig, gpus_planned: int | None = None) -> None:
     validate_logging(c.logging)
-    _require(not c.placement.nodes, "placement.nodes", dict(c.placement.nodes), "{} for a text run (it runs its "
-             "workers where Ray places them; placement.components chooses their slots)")
+    for component, nodes in c.placement.nodes.items():
+        _require(component in ("env", "rollout", "actor"), f"placement.nodes.{component}", nodes,
+                 "components env, rollout, actor")
+        _require(all(part.strip().isdigit() for part in str(nodes).split(",")), f"placement.nodes.{component}",
+                 nodes, "node indices, e.g. '0' or '0,1'")
     _require(c.placement.offload in ("auto", "never"), "placement.offload", c.placement.offload, "auto, never")
     if takes_turns(c, gpus_planned):
         _require(c.rollout.max_staleness == 0, "rollout.max_staleness", c.rollout.max_staleness,

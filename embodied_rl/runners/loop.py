@@ -38,6 +38,7 @@ class Round:
     started_at: float
     ended_at: float
     metrics: dict = field(default_factory=dict)
+    sent: Any = None  # where the world sent the round's data on (a text round's id and parts on its channel)
 
 
 class Side(Protocol):

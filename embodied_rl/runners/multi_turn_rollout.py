@@ -83,11 +83,14 @@ def cut_at_stop(tokenizer, token_ids: list[int], logprobs: list[float],
     return list(token_ids[:high]), list(logprobs[:high])
 
 
-def trainer_batch(conversations: list[dict]) -> dict:
-    """The LM trainer's batch (``rl_update``) from ``rollout``'s conversations: ids, log-probs, ``loss_mask`` and
-    ``scores`` (the composite rewards), in the same (group-contiguous) order."""
+def trainer_rows(conversations: list[dict]) -> list[dict]:
+    """What the LM trainer takes of ``rollout``'s conversations (a ``ResponsePart``'s rows), in the same
+    (group-contiguous) order: ids, log-probs, ``loss_mask``, ``finished`` (ended within the turn limit) and the
+    ``policy_version`` that wrote them (0 where the rollout did not record one). The scores, the composite rewards,
+    go separately."""
     keys = ("prompt_ids", "token_ids", "logprobs", "loss_mask")
-    return {**{k: [c[k] for c in conversations] for k in keys}, "scores": [c["reward"] for c in conversations]}
+    return [{**{k: c[k] for k in keys}, "finished": not c["truncated"], "policy_version": c.get("policy_version", 0)}
+            for c in conversations]
 
 
 def encode_demonstration(tokenizer, question: str, segments: Sequence[tuple[str, bool]]) -> dict:

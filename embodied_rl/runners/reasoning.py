@@ -16,6 +16,7 @@ weights, and ``algorithm.tis_cap`` weights each token by min(p_actor / p_sampler
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import sys
 import time
@@ -23,18 +24,17 @@ from pathlib import Path
 
 import numpy as np
 import ray
-import torch
 
 import sim_envs
-from embodied_rl.algorithms.filters import dynamic_sampling_mask
 from embodied_rl.config.reasoning import (ReasoningConfig, actor_memory, engine_options, reasoning_yaml,
                                           rl_learning_rate, text_placement)
-from embodied_rl.runners.heldout_metrics import greedy_summary, sampled_summary, training_lengths
+from embodied_rl.runners.heldout_metrics import greedy_summary, sampled_summary
 from embodied_rl.runners.loop import Round, Schedule, TrainingLoop
+from embodied_rl.runners.setup import node_ids_for
 from embodied_rl.runners.text_checkpoints import TextCheckpoints
 from embodied_rl.runners.text_workers import GenerationRound, TextWorkers
 from embodied_rl.runners.weight_sync import get_failing_fast
-from embodied_rl.runtime import Cluster, WorkerGroup
+from embodied_rl.runtime import Channel, Cluster, DeviceLock, WorkerGroup
 from embodied_rl.utils.atomic import write_text_atomic
 from embodied_rl.utils.checkpoint import Checkpoint
 from embodied_rl.utils.metrics_log import MetricsLog
@@ -58,25 +58,33 @@ class ReasoningRunner(TextCheckpoints):
         self.evaluations: dict[str, float] = dict(resume.counters.get("eval", {})) if resume else {}
         self.workers: TextWorkers | None = None
         self.summary: dict = {}  # the finished run's summary (summary.json)
+        self.round_ids = itertools.count()  # numbers the sampling rounds sent to the trainer on the channel
+        self.turns: list = []  # the device lock's TurnRecords of the run, where generation and training took turns
 
     def run(self) -> dict:
         """Evaluate, SFT, then RL to ``rl.iterations``; the evaluations (``self.summary``: the run's summary)."""
         c = self.config
         started = time.perf_counter()
-        with Cluster(c.cluster.address, None):
+        with Cluster(c.cluster.address, None) as cluster:
             share = 0.2
+            # sampled rounds reach the trainer on a channel: the driver sees their text and scores, never their ids
+            self.channel = Channel.create("text", cluster)
             model = {"name": c.model.name, "seed": c.model.seed, "prompt_format": c.model.prompt_format,
                      "prompt_template": c.model.prompt_template}
             placement, gpus = text_placement(c)
 
-            def slots(component: str) -> dict:  # each worker's process pinned to its component's slots
-                return {("gpu_slots" if gpus else "cpu_slots"): placement.slots[component]} if placement else {}
+            def slots(component: str) -> dict:  # each worker's process pinned to its component's slots and nodes
+                pinned = {"node_ids": node_ids_for(c, component)}
+                if placement:
+                    pinned["gpu_slots" if gpus else "cpu_slots"] = placement.slots[component]
+                return pinned
 
             env = self._env_group(share, slots("env"))
             generation = WorkerGroup(GenerationWorker, "generation", c.rollout.num_workers, cpus_per_worker=share,
                                      start_timeout_s=c.fault.start_timeout_s, model=model,
                                      quantization=c.rollout.quantization, engine=c.rollout.engine,
                                      engine_options=engine_options(c), torch_threads=c.torch_threads,
+                                     channel=self.channel, put_timeout_s=c.fault.hang_timeout_s,
                                      **slots("rollout"))
             parallel = rendezvous = None
             if c.actor.backend != "single":
@@ -91,10 +99,13 @@ class ReasoningRunner(TextCheckpoints):
             actor = WorkerGroup(LMActorWorker, "lm-actor", c.actor.world_size, cpus_per_worker=share, model=model,
                                 algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
                                 lora={"rank": c.actor.lora_rank, "alpha": c.actor.lora_alpha},
-                                memory=actor_memory(c.actor),
-                                torch_threads=c.torch_threads, **slots("actor"))
+                                memory=actor_memory(c.actor), channel=self.channel,
+                                round_timeout_s=c.fault.hang_timeout_s, torch_threads=c.torch_threads,
+                                **slots("actor"))
             self.env, self.actor = env.workers[0], actor
-            self.workers = TextWorkers(c, self.env, generation, actor, env_group=self._replaceable_env(env))
+            lock = DeviceLock.create(cluster.session_id) if placement is not None else None
+            self.workers = TextWorkers(c, self.env, generation, actor, env_group=self._replaceable_env(env),
+                                       lock=lock, slots=placement.slots if placement is not None else None)
             log = MetricsLog(self.run_dir, self.responses if self.resume else None, c.logging, reasoning_yaml(c))
             ended = "failed"
             try:
@@ -126,9 +137,21 @@ class ReasoningRunner(TextCheckpoints):
                 raise
             finally:
                 log.close(self.summary if ended == "finished" else None, ended)
+                self._close_turns(lock)
                 for group in (env, generation, actor):
                     group.kill()
         return self.evaluations
+
+    def _close_turns(self, lock: DeviceLock | None) -> None:
+        """Release the device lock, keep its record (``self.turns``: who held which slots when) and stop it."""
+        if lock is None:
+            return
+        try:
+            self.workers.end_turns()
+            self.turns = lock.turns()
+        except Exception:  # the lock's actor died (its records with it): the run's own error says more
+            pass
+        lock.close()
 
     def _env_group(self, share: float, slots: dict) -> WorkerGroup:
         """The env worker's group (one worker): the train env and the held-out problems; ``slots``: its
@@ -148,7 +171,7 @@ class ReasoningRunner(TextCheckpoints):
         """``method`` started on every trainer rank at once (data-parallel calls are collective); the futures,
         rank 0's first (the one that returns the whole batch's metrics and the whole model). Training calls
         take the trainer's turn on slots shared with generation first."""
-        if method in ("sft_update", "sft_update_ids", "rl_update", "load_training_state"):
+        if method in ("sft_update", "sft_update_ids", "rl_update_round", "load_training_state"):
             self.workers.turn("training")
         return self.actor.call(method, *args)
 
@@ -229,8 +252,8 @@ class ReasoningRunner(TextCheckpoints):
     def begin_iteration(self) -> dict:
         # the run as this iteration starts, for a stop checkpoint written before its update begins
         self._boundary = {"iteration": self.iteration, "responses": self.responses, "env_state": self._env_state(),
-                          "update_started": False}
-        self._kept_answers, self._kept_scores, self._rounds, self._batch_groups = [], [], 0, 0
+                          "update": None}
+        self._rounds = 0
         self._scored: dict[str, list] = {"rewards": [], "outcome": [], "format": []}
         self._generated = {"tokens": 0, "generate_s": 0.0}
         return self.workers.apply_scale_request(self.run_dir)  # nothing is generating here, in either mode
@@ -240,51 +263,46 @@ class ReasoningRunner(TextCheckpoints):
         c = self.config
         questions = self.workers.call_env("prompts")
         seed = c.seed * 100_003 + iteration + 7_919 * sampling_round
-        return self.workers.start_generation(questions, c.rollout.temperature, seed=seed)
+        return self.workers.start_generation(questions, c.rollout.temperature, seed=seed,
+                                             method="generate_into_channel", round_id=next(self.round_ids))
 
     def finish_sampling(self, pending: GenerationRound) -> Round:
         answers = self.workers.finish_generation(pending)
         return Round(answers, min(a["generate_started"] for a in answers), max(a["generate_ended"] for a in answers),
                      {"generate_s": max(a["generate_s"] for a in answers),
-                      "tokens": sum(len(a["token_ids"]) for a in answers)})
+                      "tokens": sum(a["response_tokens"] for a in answers)}, sent=(pending.round_id, pending.sent()))
 
     def training_turn(self, holder: str):
         return contextlib.nullcontext()  # training calls take the trainer's turn themselves (_actor)
 
     def start_update(self, sampled: Round):
-        """Score the round and start the trainer's ``rl_update`` on it; None (no update yet) where dynamic
-        sampling with ``algorithm.max_sampling_rounds`` > 1 (DAPO's resample-to-fill) wants more: groups whose G
-        responses all scored the same are dropped and further prompts sampled, up to that many rounds, until
-        ``rl.prompts_per_iteration`` informative groups are in hand (fewer if the rounds ran out)."""
+        """Score the round and hand its scores to the trainer, which takes the round's responses off the channel,
+        keeps its groups and updates (``LMActorWorker.rl_update_round``). With dynamic sampling's
+        ``algorithm.max_sampling_rounds`` > 1 (DAPO's resample-to-fill) the trainer keeps only groups whose G
+        responses did not all score the same and asks for further rounds (``train/needs_more``), up to that many,
+        until ``rl.prompts_per_iteration`` informative groups are in hand (fewer if the rounds ran out)."""
         c = self.config
-        G, wanted = c.algorithm.group_size, c.rl.prompts_per_iteration
-        fill = c.algorithm.max_sampling_rounds > 1
-        answers, scores = sampled.data, self._score(sampled)
+        scores = self._score(sampled)
         self._rounds += 1
         self._generated["tokens"] += sampled.metrics["tokens"]
         self._generated["generate_s"] += sampled.metrics["generate_s"]
-        rewards = np.asarray(scores, dtype=float).reshape(-1, G)
-        informative = dynamic_sampling_mask(torch.as_tensor(rewards.reshape(-1)), G)[::G].tolist()
-        for g in range(len(rewards)):
-            if not fill or informative[g]:
-                self._kept_answers.extend(answers[g * G:(g + 1) * G])
-                self._kept_scores.extend(rewards[g].tolist())
-        if fill and len(self._kept_scores) < wanted * G and self._rounds < c.algorithm.max_sampling_rounds:
-            return None
-        self._batch_groups = min(len(self._kept_scores) // G, wanted)  # informative ones, when filling
-        if fill and not self._kept_scores:  # nothing informative in any round: the last round, which the mask drops
-            self._kept_answers, self._kept_scores = answers, rewards.reshape(-1).tolist()
-        self._trained = self._kept_answers[:wanted * G]
+        fill = c.algorithm.max_sampling_rounds > 1
+        selection = {"first": self._rounds == 1, "fill": fill, "wanted": c.rl.prompts_per_iteration,
+                     "last": not fill or self._rounds >= c.algorithm.max_sampling_rounds}
         self._trained_version = self.workers.published_version  # the actor's weights as this update starts
         r = c.rl
         lr = self._learning_rate = rl_learning_rate(r, self.iteration + 1)
-        self._boundary["update_started"] = True
-        return self._actor("rl_update", self._trainer_batch(self._trained, self._kept_scores[:wanted * G]), lr,
-                           c.rollout.temperature, r.update_rounds, r.num_minibatches, r.max_grad_norm)
+        round_id, attempts = self._send_round(sampled)
+        update = self._boundary["update"] = self._actor("rl_update_round", round_id, attempts, scores, selection,
+                                                        lr, c.rollout.temperature, r.update_rounds,
+                                                        r.num_minibatches, r.max_grad_norm)
+        return update
+
+    def _send_round(self, sampled: Round) -> tuple[int, dict[int, int]]:
+        """The round's id and its parts on the channel (part -> attempt): the generation workers sent them."""
+        return sampled.sent
 
     def finish_update(self, update) -> dict:
-        if update is None:
-            return {"train/needs_more": True}
         return get_failing_fast(update, self.config.fault.update_timeout_s,
                                 "the trainer's update (fault.update_timeout_s)")[0]
 
@@ -304,17 +322,17 @@ class ReasoningRunner(TextCheckpoints):
     def _sampling_metrics(self) -> dict:
         """The iteration's rewards (over every round sampled) and generation rate."""
         generated = self._generated
-        return {**training_lengths(self._trained), "train/reward": float(np.mean(self._scored["rewards"])),
+        return {"train/reward": float(np.mean(self._scored["rewards"])),
                 "reward/outcome": float(np.mean(self._scored["outcome"])),
                 "reward/format": float(np.mean(self._scored["format"])),
                 "time/generate_s": generated["generate_s"],
                 "time/generated_tokens_per_s": generated["tokens"] / max(generated["generate_s"], 1e-9)}
 
     def iteration_metrics(self, metrics: dict) -> dict:
-        extra = {**self._sampling_metrics(), **self.workers.faults, "train/batch_groups": self._batch_groups,
-                 "train/learning_rate": self._learning_rate,
-                 "train/policy_staleness": self._trained_version - min(a["policy_version"] for a in self._trained)}
-        if self.workers.offload_turns:
+        oldest = metrics.pop("train/oldest_policy_version", self._trained_version)  # of the rows trained on
+        extra = {**self._sampling_metrics(), **self.workers.faults, "train/learning_rate": self._learning_rate,
+                 "train/policy_staleness": self._trained_version - oldest}
+        if self.workers.lock is not None:
             extra["time/turn_switch_s"] = self.workers.pop_turn_seconds()
         return extra
 
@@ -329,11 +347,6 @@ class ReasoningRunner(TextCheckpoints):
 
     def save(self, final: bool, best: bool = False) -> None:
         self._save(final)
-
-    def _trainer_batch(self, answers: list[dict], scores: list[float]) -> dict:
-        """The actor's ``rl_update`` batch from the answers trained on and their scores."""
-        return {"prompt_ids": [a["prompt_ids"] for a in answers], "token_ids": [a["token_ids"] for a in answers],
-                "logprobs": [a["logprobs"] for a in answers], "scores": scores}
 
     def _log(self, log: MetricsLog, metrics: dict) -> None:
         metrics.setdefault("train/iteration", self.iteration)

@@ -25,12 +25,13 @@ import sim_envs
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.reasoning import ReasoningConfig
 from embodied_rl.models.causal_lm.loading import load_tokenizer
-from embodied_rl.runners.multi_turn_rollout import encode_demonstration, rollout, trainer_batch
+from embodied_rl.runners.multi_turn_rollout import encode_demonstration, rollout, trainer_rows
 from embodied_rl.runners.loop import Round
 from embodied_rl.runners.reasoning import EVAL_SEED, ReasoningRunner
 from embodied_rl.runners.weight_sync import get_failing_fast
 from embodied_rl.runtime import WorkerGroup
 from embodied_rl.utils.checkpoint import Checkpoint
+from embodied_rl.workers.messages import TEXT_ROUNDS_KEY, ResponsePart
 from embodied_rl.workers.tool_env_worker import ToolEnvProxy, ToolEnvWorker
 
 TRAIN_KEYS = {"reward": "train/reward", "outcome": "reward/outcome", "format": "reward/format", "tool": "reward/tool",
@@ -125,8 +126,12 @@ class MultiTurnReasoningRunner(ReasoningRunner):
                 "time/generate_s": generated["generate_s"],
                 "time/generated_tokens_per_s": generated["tokens"] / max(generated["generate_s"], 1e-9)}
 
-    def _trainer_batch(self, answers: list[dict], scores: list[float]) -> dict:
-        return trainer_batch(answers)  # ids, log-probs, loss_mask; scores: the conversations' rewards
+    def _send_round(self, sampled: Round) -> tuple[int, dict[int, int]]:
+        """The conversations, assembled here turn by turn, sent to the trainer on the channel as one part: ids,
+        log-probs and loss mask (``trainer_rows``), whether each ended within the turn limit, and its version."""
+        round_id, rows = next(self.round_ids), trainer_rows(sampled.data)
+        self.channel.put(ResponsePart(round_id, 0, rows), TEXT_ROUNDS_KEY, timeout=self.config.fault.hang_timeout_s)
+        return round_id, {0: 0}
 
     def _heldout_metrics(self) -> dict:
         c = self.config

@@ -32,7 +32,7 @@ class TextCheckpoints:
         boundary = getattr(self, "_boundary", None)
         if boundary is None:
             return
-        if self.iteration > boundary["iteration"] or boundary["update_started"]:
+        if self.iteration > boundary["iteration"] or _updated(boundary["update"]):
             iteration, responses, env_state = boundary["iteration"] + 1, self.responses, None
         else:
             iteration, responses, env_state = boundary["iteration"], boundary["responses"], boundary["env_state"]
@@ -74,6 +74,19 @@ class TextCheckpoints:
                                        self.config.fault.hang_timeout_s, "the trainer's node address")[0]
             self._trainer_local = address == ray.util.get_node_ip_address()
         return self._trainer_local
+
+
+def _updated(update) -> bool:
+    """Whether the trainer's call ``update`` (the futures of an ``rl_update_round``, or None) updated the model: it
+    finishes first (the trainer's calls run in order); one that only kept its round for a later update did not.
+    A call that failed counts as updated, so its checkpoint is never taken for the iteration's start."""
+    if update is None:
+        return False
+    try:
+        return not get_failing_fast(update, STOP_CHECKPOINT_TIMEOUT_S, "the trainer's update")[0].get(
+            "train/needs_more")
+    except BaseException:  # noqa: BLE001 - a failed update: see above
+        return True
 
 
 def _first_line(error: BaseException) -> str:

@@ -15,11 +15,13 @@ import ray
 
 from embodied_rl.config import ConfigError
 from embodied_rl.config.reasoning import ReasoningConfig, takes_turns, weight_sync
+from embodied_rl.runners.device_turns import TURN_TIMEOUT_S
 from embodied_rl.runners.resize import MAX_WORKER_RESTARTS
 from embodied_rl.runners.scale_requests import take_scale_request
 from embodied_rl.runners.weight_sync import WeightSync, get_failing_fast
 from embodied_rl.runtime import WorkerGroup
 from embodied_rl.runtime.deadlines import DeadlineExceeded, get_within, one_line
+from embodied_rl.runtime.device_lock import DeviceLock
 
 WEIGHTS_COLLECTIVE = "reasoning-weights"
 """The collective of trainer rank 0 (its rank 0) and the generation workers, under broadcast weight sync."""
@@ -37,13 +39,29 @@ answers as the dead worker would have (``score`` draws the next prompts: its sta
 @dataclass
 class GenerationRound:
     """A batch of prompts split over the generation workers, started: rank ``r`` answers ``questions[i]`` for ``i``
-    in ``parts[r]`` with ``params[r]`` through its ``method``; ``futures[r]`` is its call."""
+    in ``parts[r]`` with ``params[r]`` through its ``method``; ``futures[r]`` is its call. With ``round_id`` the
+    workers send what the trainer needs on the channel as part ``r`` of that round (``generate_into_channel``),
+    ``attempts[r]`` counting the part's replacements (the trainer takes the latest attempt's)."""
 
     questions: list
     parts: list
     params: list
     method: str
     futures: list
+    round_id: int | None = None
+    attempts: list = None
+
+    def call(self, worker, rank: int):
+        """Rank ``rank``'s call of this round on ``worker`` (again, on a replacement)."""
+        questions = [self.questions[i] for i in self.parts[rank]]
+        if self.round_id is None:
+            return getattr(worker, self.method).remote(questions, self.params[rank])
+        return getattr(worker, self.method).remote(questions, self.params[rank], self.round_id, rank,
+                                                   self.attempts[rank])
+
+    def sent(self) -> dict[int, int]:
+        """Part -> attempt of the parts on the channel (every non-empty one, once finished)."""
+        return {rank: self.attempts[rank] for rank, part in enumerate(self.parts) if len(part)}
 
 
 class TextWorkers:
@@ -52,7 +70,7 @@ class TextWorkers:
     hold)."""
 
     def __init__(self, config: ReasoningConfig, env, generation: WorkerGroup, actor: WorkerGroup,
-                 env_group: WorkerGroup | None = None):
+                 env_group: WorkerGroup | None = None, lock: DeviceLock | None = None, slots: dict | None = None):
         self.config = config
         self.env, self.generation, self.actor = env, generation, actor
         # with its group, a dead or hung single-turn env worker is replaced from its last known sampler state
@@ -66,23 +84,49 @@ class TextWorkers:
         # the ping before a broadcast waits for a generation still running (async rollout), up to the deadline
         self.weights = WeightSync(actor, generation, self.replace_generation, self.call_generation, hang,
                                   config.fault.update_timeout_s, ping_timeout_s=hang, name=WEIGHTS_COLLECTIVE)
-        # generation and training on shared slots take turns; with placement.offload=auto the idle side's weights
-        # (and the trainer's optimizer state) leave the device for the other's turn
-        self.offload_turns = takes_turns(config) and config.placement.offload == "auto"
+        # generation and training on shared slots take turns on the device lock, as embodied sampling and training
+        # do (runners/device_turns.py): a side holds its slots (generation: env and rollout's; training: the
+        # actor's) for its turn; with placement.offload=auto the idle side's weights (and the trainer's optimizer
+        # state) leave the device for the other's turn
+        self.lock = lock if takes_turns(config) else None
+        self.turn_slots = {"generation": tuple(sorted(set(slots["env"]) | set(slots["rollout"]))),
+                           "training": tuple(slots["actor"])} if self.lock is not None else {}
+        self.offload_turns = self.lock is not None and config.placement.offload == "auto"
         self.holder: str | None = None  # "generation" or "training": whose turn it is
         self.turn_seconds = 0.0  # spent switching turns since the last ``pop_turn_seconds``
 
     def turn(self, side: str) -> None:
-        """Make it ``side``'s turn ("generation" or "training") on shared slots: the other side offloads, this side
-        onloads (nothing happens without ``offload_turns`` or when it is already ``side``'s turn)."""
-        if not self.offload_turns or self.holder == side:
+        """Make it ``side``'s turn ("generation" or "training") on shared slots: the other side offloads and
+        releases its slots, this side takes its slots on the device lock and onloads (nothing happens on slots of
+        their own, or when it is already ``side``'s turn). Before the first turn, a turn of its own ("start",
+        every slot) offloads both sides, which were built on their devices."""
+        if self.lock is None or self.holder == side:
             return
         started, hang = time.perf_counter(), self.config.fault.hang_timeout_s
-        leaving, coming = (self.actor, self.generation) if side == "generation" else (self.generation, self.actor)
-        get_failing_fast(leaving.call("offload"), hang, f"the {leaving.name} workers' offload")
-        get_failing_fast(coming.call("onload"), hang, f"the {coming.name} workers' onload")
+        groups = {"generation": self.generation, "training": self.actor}
+        if self.holder is None and self.offload_turns:
+            every = tuple(sorted(set(self.turn_slots["generation"]) | set(self.turn_slots["training"])))
+            with self.lock.hold(every, "start", TURN_TIMEOUT_S):
+                get_failing_fast(self.generation.call("offload") + self.actor.call("offload"), hang,
+                                 "the workers' first offload")
+        if self.holder is not None:
+            leaving = groups[self.holder]
+            if self.offload_turns:
+                get_failing_fast(leaving.call("offload"), hang, f"the {leaving.name} workers' offload")
+            self.lock.release(self.turn_slots[self.holder], self.holder)
+            self.holder = None
+        self.lock.acquire(self.turn_slots[side], side, TURN_TIMEOUT_S)
         self.holder = side
+        if self.offload_turns:
+            coming = groups[side]
+            get_failing_fast(coming.call("onload"), hang, f"the {coming.name} workers' onload")
         self.turn_seconds += time.perf_counter() - started
+
+    def end_turns(self) -> None:
+        """Release the slots of the side whose turn it is (the run is ending)."""
+        if self.lock is not None and self.holder is not None:
+            self.lock.release(self.turn_slots[self.holder], self.holder)
+            self.holder = None
 
     def pop_turn_seconds(self) -> float:
         seconds, self.turn_seconds = self.turn_seconds, 0.0
@@ -149,18 +193,20 @@ class TextWorkers:
         return results
 
     def start_generation(self, questions: list, temperature: float, seed: int,
-                          method: str = "generate") -> GenerationRound:
+                          method: str = "generate", round_id: int | None = None) -> GenerationRound:
         """Split ``questions`` over the generation workers (contiguous parts, so groups stay together mostly) and
-        start them. ``method``: the workers' ``generate`` (question strings) or ``generate_ids`` (prompt token-id
-        lists)."""
+        start them. ``method``: the workers' ``generate`` (question strings), ``generate_ids`` (prompt token-id
+        lists) or ``generate_into_channel`` (question strings; the trainer's part of the answers goes on the
+        channel as round ``round_id``)."""
         self.turn("generation")
         c = self.config.rollout
         parts = [part for part in np.array_split(np.arange(len(questions)), len(self.generation.workers))]
         params = [dict(max_new_tokens=c.max_new_tokens, temperature=temperature, seed=seed * 1009 + rank)
                   for rank in range(len(parts))]
-        futures = [getattr(worker, method).remote([questions[i] for i in part], params[rank]) if len(part) else None
-                   for rank, (worker, part) in enumerate(zip(self.generation.workers, parts))]
-        return GenerationRound(questions, parts, params, method, futures)
+        batch = GenerationRound(questions, parts, params, method, [], round_id, [0] * len(parts))
+        batch.futures = [batch.call(worker, rank) if len(part) else None
+                         for rank, (worker, part) in enumerate(zip(self.generation.workers, parts))]
+        return batch
 
     def finish_generation(self, batch: GenerationRound) -> list[dict]:
         """The answers of a started round, in question order. A worker that died (or missed
@@ -173,9 +219,7 @@ class TextWorkers:
         for rank, (part, future) in enumerate(zip(batch.parts, batch.futures)):
             if future is None:
                 continue
-            questions, params = [batch.questions[i] for i in part], batch.params[rank]
-            got, replacements = self._answer(rank, future,
-                                             lambda worker: getattr(worker, batch.method).remote(questions, params),
+            got, replacements = self._answer(rank, future, lambda worker: self._again(batch, worker, rank),
                                              f"generation worker {rank}'s {len(part)} responses")
             replaced += replacements
             self.faults["fault/responses_regenerated"] += replacements * len(part)
@@ -192,6 +236,12 @@ class TextWorkers:
             self.faults["fault/responses_lost"] += lost
             raise RuntimeError(f"a generation round ended without {lost} of its {len(answers)} responses")
         return answers
+
+    @staticmethod
+    def _again(batch: GenerationRound, worker, rank: int):
+        """Rank ``rank``'s part of ``batch`` asked again of ``worker`` (a replacement), as a new attempt."""
+        batch.attempts[rank] += 1
+        return batch.call(worker, rank)
 
     def generate(self, questions: list[str], temperature: float, seed: int) -> list[dict]:
         return self.finish_generation(self.start_generation(questions, temperature, seed))

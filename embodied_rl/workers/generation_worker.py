@@ -16,7 +16,7 @@ from embodied_rl.models.causal_lm.chat import build_lm, prompt_ids
 from embodied_rl.models.causal_lm.loading import TINY_SIZES, load_tokenizer
 from embodied_rl.runtime import Worker
 from embodied_rl.runtime.offload import MoveReport, Offloader
-from embodied_rl.workers.messages import POLICY_VERSION_KEY
+from embodied_rl.workers.messages import POLICY_VERSION_KEY, TEXT_ROUNDS_KEY, ResponsePart
 from embodied_rl.workers.weights import load_host_weights, weights_template, host_weights
 
 
@@ -24,9 +24,13 @@ class GenerationWorker(Worker):
     prompt = {"prompt_format": "chat", "template": "{question}"}
     """How questions become prompts (``prompt_ids``' options; set per worker from ``model.prompt_*``)."""
 
+    CHANNEL_ONLY = ("prompt_ids", "token_ids", "logprobs")
+    """What of a response goes to the trainer through the channel only (``generate_into_channel``)."""
+
     def __init__(self, model: dict, quantization: str = "none", engine: str = "hf",
-                 engine_options: dict | None = None, **kwargs):
+                 engine_options: dict | None = None, channel=None, put_timeout_s: float = 120.0, **kwargs):
         super().__init__(**kwargs)
+        self.channel, self.put_timeout_s = channel, put_timeout_s
         self.quantization, self.engine_name = quantization, engine
         self.prompt = dict(prompt_format=model.get("prompt_format", "chat"),
                            template=model.get("prompt_template", "{question}"))
@@ -123,7 +127,7 @@ class GenerationWorker(Worker):
 
     def generate_ids(self, prompts: list[list[int]], params: dict) -> list[dict]:
         """For each prompt (token ids, e.g. a multi-turn conversation so far): ``prompt_ids``, ``token_ids``,
-        ``logprobs`` (the engine's), ``text`` (decoded without special tokens), ``finished``, the
+        ``logprobs`` (the engine's), ``response_tokens`` (their count), ``text`` (decoded without special tokens), ``finished``, the
         ``policy_version`` that answered, ``generate_s`` (the whole call's seconds) and its wall-clock
         ``generate_started`` / ``generate_ended`` (``time.time()``)."""
         started, wall_started = time.perf_counter(), time.time()
@@ -131,6 +135,20 @@ class GenerationWorker(Worker):
         generations = self.engine.generate(prompts, SamplingParams(**params))
         seconds = time.perf_counter() - started
         return [dict(prompt_ids=p, token_ids=g.token_ids, logprobs=g.logprobs, finished=g.finished,
+                     response_tokens=len(g.token_ids),
                      text=self.tokenizer.decode(g.token_ids, skip_special_tokens=True),
                      policy_version=self.policy_version, generate_s=seconds, generate_started=wall_started,
                      generate_ended=wall_started + seconds) for p, g in zip(prompts, generations)]
+
+    def generate_into_channel(self, questions: list[str], params: dict, round_id: int, part: int,
+                              attempt: int = 0) -> list[dict]:
+        """``generate``, with what the trainer needs of each response sent on the channel as part ``part`` of round
+        ``round_id`` (a ``ResponsePart``: ``CHANNEL_ONLY``, ``finished`` and ``policy_version``; see
+        ``generate_ids``); returns the rest, which the driver scores and reports (``text``, ``finished``,
+        ``response_tokens``, the version and times): token ids and log-probs never pass through the driver."""
+        answers = self.generate(questions, params)
+        trained = [{**{key: answer.pop(key) for key in self.CHANNEL_ONLY}, "finished": answer["finished"],
+                    "policy_version": answer["policy_version"]} for answer in answers]
+        self.channel.put(ResponsePart(round_id, part, trained, attempt), TEXT_ROUNDS_KEY,
+                         timeout=self.put_timeout_s)
+        return answers

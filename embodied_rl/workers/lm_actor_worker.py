@@ -15,7 +15,8 @@ Memory (``memory={micro_batch_size, max_tokens_per_micro_batch, activation_check
 micro-batches with the gradient accumulated exactly (``engines/training/micro_batches.py``); the decoder layers can
 be recomputed in the backward pass; the KL reference is the cheapest of ``workers/lm_reference.py``'s forms.
 ``sft_update``,
-``sft_update_ids``, ``rl_update``, ``get_weights``, ``training_state`` and ``save_pretrained`` are collective: call
+``sft_update_ids``, ``rl_update``, ``rl_update_round`` (sampled rounds read from a channel: ``workers/text_rounds.py``),
+``get_weights``, ``training_state`` and ``save_pretrained`` are collective: call
 them on every rank concurrently, in the same order."""
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ from embodied_rl.workers.lm_reference import KLReference
 from embodied_rl.workers.lm_rows import aggregation_denominator, enable_activation_checkpointing, token_mask, \
     trained_tokens
 from embodied_rl.workers.messages import POLICY_VERSION_KEY
+from embodied_rl.workers.text_rounds import RoundTrainer
 from embodied_rl.workers.weights import as_tensor, host_weights
 
 
-class LMActorWorker(Worker):
+class LMActorWorker(RoundTrainer, Worker):
     def __init__(self, model: dict, algorithm: text_rl.TextRLConfig, seed: int = 0,
                  data_parallel: dict | None = None, lora: dict | None = None, memory: dict | None = None,
-                 **kwargs):
+                 channel=None, round_timeout_s: float = 600.0, **kwargs):
         super().__init__(**kwargs)
         torch.manual_seed(seed)
         memory = dict(memory or {})
@@ -86,6 +88,8 @@ class LMActorWorker(Worker):
         # Between its turns on a device shared with generation: the model, its gradients and AdamW's state go to
         # host memory (the KL reference, made at the first update that needs it, stays where it is).
         self.offloader = Offloader([self.model], [self.optimizer])
+        if channel is not None:  # sampled rounds come on the channel (``rl_update_round``)
+            self.open_rounds(channel, round_timeout_s)
 
     def offload(self) -> MoveReport:
         """Give the device up (see ``runtime/offload.py``); a no-op move on a CPU-only machine."""

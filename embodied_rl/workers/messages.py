@@ -93,3 +93,22 @@ class Trajectory:
     env_rank: int
     sampling_round: int | None = None
     next_obs: object | None = None
+
+
+TEXT_ROUNDS_KEY = "text-rounds"
+"""Where a text run's sampled responses go to the trainer (rank 0 of the LM actor reads it)."""
+
+
+@dataclass
+class ResponsePart:
+    """Part ``part`` of text sampling round ``round_id``: its responses, in the order their prompts were given.
+
+    ``rows``: one dict per response with ``prompt_ids``, ``token_ids``, ``logprobs``, ``finished`` and
+    ``policy_version`` (and ``loss_mask`` for a multi-turn conversation). ``attempt``: how many times the part was
+    asked for again after its producer died (a part sent by a generation worker that died before it returned is
+    superseded by its replacement's, which the driver names)."""
+
+    round_id: int
+    part: int
+    rows: list
+    attempt: int = 0

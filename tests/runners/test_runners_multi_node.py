@@ -1,5 +1,6 @@
 """Two Ray nodes on one machine (Ray's own cluster test utility): components on different nodes train, and the
-channel picks TCP across the node boundary and a Unix socket within a node."""
+channel picks TCP across the node boundary and a Unix socket within a node; a text run's workers go to the nodes
+``placement.nodes`` names, its sampled rounds crossing to the trainer on its channel."""
 
 import json
 import os
@@ -43,24 +44,63 @@ SCRIPT = textwrap.dedent("""
             lambda self: [self.channel.transport_to_readers(responses_key(r, 0)) for r in range(2)]))
         traffic = ray.get(workers.env.workers[0].__ray_call__.remote(lambda self: self.channel.traffic()))
         workers.shutdown()
-    print(json.dumps(dict(env_nodes=sorted(env_nodes), learner_nodes=sorted(learner_nodes), version=version,
-                          losses=losses, across=across, within=within, traffic=traffic)))
+    embodied = dict(env_nodes=sorted(env_nodes), learner_nodes=sorted(learner_nodes), version=version,
+                    losses=losses, across=across, within=within, traffic=traffic)
+
+    from embodied_rl.config.reasoning import load_reasoning_config
+    from embodied_rl.runners.reasoning import ReasoningRunner
+
+    class Watched(ReasoningRunner):  # where each group's workers run, and the generation worker's channel traffic
+        def iteration_metrics(self, metrics):
+            ask = lambda group, f: ray.get([w.__ray_call__.remote(f) for w in group.workers])
+            node = lambda worker: ray.get_runtime_context().get_node_id()
+            self.seen = dict(env=ask(self.workers.env_group, node), generation=ask(self.workers.generation, node),
+                             actor=ask(self.workers.actor, node),
+                             traffic=ask(self.workers.generation, lambda worker: worker.channel.traffic()))
+            return super().iteration_metrics(metrics)
+
+    text = load_reasoning_config("math_arith", None, [
+        "env.count=50", "env.heldout_count=4", "sft.steps=0", "rl.iterations=2", "rl.prompts_per_iteration=2",
+        "algorithm.group_size=2", "eval.num_problems=2", "rollout.max_new_tokens=2", "torch_threads=1",
+        f"cluster.address={nodes.address}", "placement.nodes={'env': '0', 'rollout': '1', 'actor': '0'}"])
+    import tempfile
+    runner = Watched(text, tempfile.mkdtemp())
+    runner.run()
+    rows = [json.loads(line) for line in open(runner.run_dir / "metrics.jsonl")]
+    order = [n["NodeID"] for n in sorted((n for n in ray.nodes() if n["Alive"]),
+                                        key=lambda n: (not n.get("IsHeadNode", False), n["NodeID"]))]
+    seen = {k: [order.index(n) for n in v] if k != "traffic" else v for k, v in runner.seen.items()}
+    received = sum(row.get("channel/text_parts_received", 0) for row in rows)
+    print(json.dumps(dict(embodied=embodied, text=dict(seen=seen, received=received))))
     ray.shutdown()
     nodes.shutdown()
 """)
 
 
-@pytest.mark.slow
-def test_training_across_two_nodes_uses_tcp_across_and_unix_sockets_within():
+@pytest.fixture(scope="module")
+def two_node_report():
     # Both nodes advertise 127.0.0.1, so cross-node TCP traffic stays on the loopback interface.
     env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, cwd=REPO,
                           env=env)
     assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_training_across_two_nodes_uses_tcp_across_and_unix_sockets_within(two_node_report):
+    report = two_node_report["embodied"]
     assert len(report["env_nodes"]) == 1 and len(report["learner_nodes"]) == 1
     assert report["env_nodes"] != report["learner_nodes"]
     assert report["version"] == 2 and all(isinstance(x, float) for x in report["losses"])
     assert set(report["across"].values()) == {"tcp"}  # env worker (node 1) -> rollout worker (node 0)
     assert all(set(readers.values()) == {"unix_socket"} for readers in report["within"])  # env -> env node
     assert report["traffic"]["tcp_messages"] > 0
+
+
+@pytest.mark.slow
+def test_a_text_run_places_its_workers_by_node_and_sends_rounds_across_on_its_channel(two_node_report):
+    text = two_node_report["text"]
+    assert text["seen"]["env"] == [0] and text["seen"]["generation"] == [1] and text["seen"]["actor"] == [0]
+    # the generation worker (node 1) sent each of its rounds to the trainer (node 0) over TCP
+    assert text["received"] == 2 and text["seen"]["traffic"][0]["tcp_messages"] >= 2

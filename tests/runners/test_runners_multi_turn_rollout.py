@@ -15,7 +15,7 @@ from embodied_rl.models.causal_lm.chat import prompt_ids
 from embodied_rl.models.causal_lm.loading import build_tiny_causal_lm
 from embodied_rl.models.causal_lm.logprobs import response_logprobs
 from embodied_rl.runners.multi_turn_rollout import (SEED_STRIDE, cut_at_stop, encode_demonstration, rollout,
-                                                    trainer_batch)
+                                                    trainer_rows)
 from sim_envs.math.arithmetic import Problem
 from sim_envs.math.multi_turn import ToolTaskEnv, demonstration, generate_problems
 
@@ -108,8 +108,9 @@ def test_scripted_conversations_interleave_model_and_env_ids_exactly():
                for r in out]
     assert summary == [(2, False, 1, 1, 1, 0), (1, False, 1, 1, 0, 0), (3, True, 0, 0, 3, 1)]
     assert [r["reward"] for r in out] == pytest.approx([1, 1, -0.5]) and out[2]["tool"] == pytest.approx(-0.5)
-    batch = trainer_batch(out)
-    assert batch["scores"] == [r["reward"] for r in out] and batch["loss_mask"][2] == out[2]["loss_mask"]
+    rows = trainer_rows(out)
+    assert [r["loss_mask"] for r in rows] == [r["loss_mask"] for r in out]
+    assert [r["finished"] for r in rows] == [True, True, False]  # the third was cut by the turn limit
 
 
 def test_a_turn_is_cut_after_the_first_stop_string_only():

@@ -48,6 +48,9 @@ def test_the_synchronous_loop_never_overlaps_and_fills_dapo_batches_with_informa
     # resample-to-fill: every round's responses are counted, only informative groups are trained on, and a batch
     # is short of prompts_per_iteration groups only when the rounds ran out
     assert runner.responses == sum(r["train/sampling_rounds"] for r in rows) * 4 * 4
+    # every round reached the trainer through the channel (one generation worker: one part a round), none twice
+    assert [r["channel/text_parts_received"] for r in rows] == [r["train/sampling_rounds"] for r in rows]
+    assert all(r["channel/text_parts_dropped"] == 0 for r in rows)
     assert any(r["train/sampling_rounds"] > 1 for r in rows) and any(r["train/batch_groups"] > 0 for r in rows)
     for r in rows:
         assert r["train/trained_responses"] == r["train/batch_groups"] * 4

@@ -31,8 +31,12 @@ def test_text_placements_resolve_like_embodied_ones():
         load_reasoning_config("math_arith", None, [SHARED, "rollout.max_staleness=1"])
     with pytest.raises(ConfigError, match="placement.trainer: unknown component; allowed: env, rollout, actor"):
         load_reasoning_config("math_arith", None, ["placement.components={'env,rollout': '0', 'trainer': '1'}"])
-    with pytest.raises(ConfigError, match="placement.nodes"):
-        load_reasoning_config("math_arith", None, ["placement.nodes={'actor': '0'}"])
+    assert load_reasoning_config("math_arith", None, ["placement.nodes={'actor': '0'}"]).placement.nodes == {
+        "actor": "0"}  # trained on the node placed (tests/runners/test_runners_multi_node.py)
+    with pytest.raises(ConfigError, match="placement.nodes.trainer='0' is out of range; allowed: components env"):
+        load_reasoning_config("math_arith", None, ["placement.nodes={'trainer': '0'}"])
+    with pytest.raises(ConfigError, match="placement.nodes.actor='last' is out of range; allowed: node indices"):
+        load_reasoning_config("math_arith", None, ["placement.nodes={'actor': 'last'}"])
 
 
 @pytest.mark.slow
@@ -52,7 +56,16 @@ def test_split_pins_generation_and_trainer_to_their_cores_and_shared_slots_take_
     watcher.join(timeout=5)
     assert seen == {"GenerationWorker": [[0]], "LMActorWorker": [[1]]}
 
-    ReasoningRunner(load_reasoning_config("math_arith", None, [*SMALL, SHARED]), tmp_path / "shared").run()
+    shared = ReasoningRunner(load_reasoning_config("math_arith", None, [*SMALL, SHARED]), tmp_path / "shared")
+    shared.run()
+    # the turns were taken on the device lock, as embodied phases take theirs: first every slot to offload both
+    # sides, then generation and training alternating on slots 0-1, one holder at a time
+    holders = [turn.holder for turn in shared.turns]
+    assert holders[0] == "start" and set(holders[1:]) == {"generation", "training"}
+    assert all(a != b for a, b in zip(holders[1:], holders[2:])) and holders.count("training") >= 4
+    assert all(turn.slots == (0, 1) for turn in shared.turns)
+    spans = sorted((turn.acquired_at, turn.released_at) for turn in shared.turns)
+    assert all(end is not None and end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
     rows = [json.loads(line) for line in (tmp_path / "shared" / "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in rows if "time/iteration_s" in r]
     assert len(trained) == 4 and all(r["time/turn_switch_s"] > 0 for r in trained)  # two switches each

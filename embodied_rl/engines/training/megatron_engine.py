@@ -84,6 +84,12 @@ class MegatronLlamaEngine:
         dist.all_reduce(tensor)
         return tensor.tolist()
 
+    def broadcast_object(self, value=None):
+        """Rank 0's ``value`` (any picklable object) on every rank; one collective."""
+        box = [value if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     def check_same(self, value: int, what: str) -> None:
         """Raise on every rank unless every rank holds the same integer ``value`` (e.g. a seed)."""
         bounds = torch.tensor([-value, value], dtype=torch.int64)
