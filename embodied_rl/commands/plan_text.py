@@ -86,8 +86,9 @@ def trainer_plan(config, model, dtype: torch.dtype, prompt_tokens: int) -> tuple
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     lora = actor.lora_rank > 0
     ranks = actor.world_size
-    shard = ranks if actor.backend == "fsdp" else 1
-    data_ranks = ranks if actor.backend != "megatron" else 1
+    megatron = actor.backend == "megatron"
+    shard = ranks if actor.backend == "fsdp" else tensor_parallel_size(actor) if megatron else 1
+    data_ranks = data_parallel_ranks(actor)
     sequences = config.rl.prompts_per_iteration * config.algorithm.group_size
     slice_rows = math.ceil(sequences / config.rl.num_minibatches / data_ranks)
     tokens = prompt_tokens + config.rollout.max_new_tokens
@@ -96,6 +97,8 @@ def trainer_plan(config, model, dtype: torch.dtype, prompt_tokens: int) -> tuple
         weights = e * (count - trained) + 4 * trained
     elif actor.backend == "fsdp":  # its shard, plus what FSDP gathers whole while a layer runs (float32 masters)
         weights = sharded_weight_bytes(model, ranks) * 4 / e
+    elif megatron:  # its TP slice: float32 masters, and the bf16 parameters the passes run on
+        weights = (4 + (e if mixed else 0)) * count / shard
     else:
         weights = 4 * count
     reference = 0.0
@@ -104,6 +107,8 @@ def trainer_plan(config, model, dtype: torch.dtype, prompt_tokens: int) -> tuple
             reference = 4 * trained
         elif actor.backend == "fsdp":
             reference = 4 * count / shard
+        elif megatron:  # a sliced copy in the checkpoint's dtype
+            reference = e * count / shard
         elif not actor.reference_offload:
             reference = e * count
     stack = _decoder_stack(lm, tokens)
@@ -115,7 +120,7 @@ def trainer_plan(config, model, dtype: torch.dtype, prompt_tokens: int) -> tuple
     # their product) and of the layer's float32 input and output
     backward = (3 * e * lm.intermediate_size + 2 * 4 * lm.hidden_size) * tokens * rows
     update = {"gradients": 4 * trained / shard,
-              "autocast_copies": e * (trained if not lora else 0) / shard if mixed else 0.0,
+              "autocast_copies": e * (trained if not lora else 0) / shard if mixed and not megatron else 0.0,
               "activations": stack.activation_bytes(rows, e, actor.activation_checkpointing) + head + backward}
     logprob_pass = {"activations": inference_bytes([stack], rows, e) + 2 * chunk * lm.vocab_size * 4,
                     "reference_onloaded": e * count if actor.reference_offload and config.algorithm.kl_coef > 0
@@ -142,12 +147,24 @@ def generation_plan(config, model, dtype: torch.dtype, prompt_tokens: int) -> di
             "sampler": sampler}
 
 
+def tensor_parallel_size(actor) -> int:
+    """Ranks one Megatron copy of the model is split over (1 for the other backends)."""
+    if actor.backend != "megatron":
+        return 1
+    return actor.tensor_parallel_size or actor.world_size
+
+
+def data_parallel_ranks(actor) -> int:
+    """How many slices each minibatch is split into: the trainer ranks over the tensor-parallel size."""
+    return actor.world_size // tensor_parallel_size(actor)
+
+
 def text_plan(config, prompt_tokens: int = PROMPT_TOKENS) -> dict:
     model, dtype = _meta_lm(config.model.name, config.actor.lora_rank)
     trainer, rows = trainer_plan(config, model, dtype, prompt_tokens)
     generation = generation_plan(config, model, dtype, prompt_tokens)
     sequences = config.rl.prompts_per_iteration * config.algorithm.group_size
-    data_ranks = config.actor.world_size if config.actor.backend != "megatron" else 1
+    data_ranks = data_parallel_ranks(config.actor)
     return {"model": config.model.name, "dtype": str(dtype).removeprefix("torch."),
             "parameters": sum(p.numel() for name, p in model.named_parameters() if "lora_" not in name),
             "prompt_tokens": prompt_tokens, "trainer_ranks": config.actor.world_size,

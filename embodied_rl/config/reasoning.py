@@ -18,7 +18,7 @@ from embodied_rl.algorithms.text_rl import TextRLConfig
 from embodied_rl.config.dotlist import parse_overrides
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.logging_section import LoggingConfig, validate_logging
-from embodied_rl.config.schema import FaultConfig, PlacementConfig
+from embodied_rl.config.schema import ClusterConfig, FaultConfig, PlacementConfig, _require
 from embodied_rl.engines.quantization import QUANTIZATIONS
 from embodied_rl.models.causal_lm.chat import PROMPT_FORMATS
 from embodied_rl.engines.registry import ENGINES, engine_package_imports
@@ -118,12 +118,14 @@ class TextActorConfig:
     backend: str = "single"
     """single (one process), ddp (torch DDP) or fsdp (FSDP2: parameters, gradients and optimizer state sharded);
     gloo on CPU, NCCL on GPU (``engines/training/data_parallel.py``); or megatron (megatron-core tensor
-    parallelism of a Llama or Qwen2 model, CPU and gloo only: ``engines/training/megatron_engine.py``; the
-    ``megatron`` extra)."""
+    and data parallelism of a Llama or Qwen2 model, float32 or bf16 over float32 masters, CPU and gloo only:
+    ``engines/training/megatron_engine.py``; the ``megatron`` extra)."""
     world_size: int = 1
-    """Trainer processes: data-parallel ranks, each training on its slice of every minibatch; with megatron the
-    tensor-parallel size (it must divide the model's attention and key-value heads and MLP width), every rank
-    training on the whole minibatch."""
+    """Trainer processes: data-parallel ranks, each training on its slice of every minibatch; with megatron
+    ``world_size / tensor_parallel_size`` such slices, each trained by ``tensor_parallel_size`` ranks."""
+    tensor_parallel_size: Optional[int] = None
+    """megatron only: ranks one copy of the model is split over (it must divide world_size and the model's
+    attention and key-value heads and MLP width). None: world_size (one copy)."""
     timeout_s: float = 600.0
     """Bounds the ranks' rendezvous and every collective: a dead rank fails the run after this long."""
     lora_rank: int = 0
@@ -171,13 +173,6 @@ class TextCheckpointConfig:
 
 
 @dataclass
-class TextClusterConfig:
-    address: Optional[str] = None
-    """None: an embedded local Ray; an address ("host:port", "ray://...", "auto"): join that cluster
-    (``--ray-address``)."""
-
-
-@dataclass
 class ReasoningConfig:
     task: Optional[str] = None
     seed: int = 0
@@ -193,7 +188,7 @@ class ReasoningConfig:
     actor: TextActorConfig = field(default_factory=TextActorConfig)
     eval: TextEvalConfig = field(default_factory=TextEvalConfig)
     checkpoint: TextCheckpointConfig = field(default_factory=TextCheckpointConfig)
-    cluster: TextClusterConfig = field(default_factory=TextClusterConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     """The embodied runs' placement keys over the text run's components: ``env`` (the text env worker), ``rollout``
     (the generation workers) and ``actor`` (the trainer ranks), e.g. ``{"env,rollout": "0", "actor": "1"}``; a slot
@@ -288,26 +283,26 @@ def _check_megatron(c: ReasoningConfig) -> None:
                           "'embodied-rl[megatron]')")
     import torch
 
-    if torch.cuda.is_available():  # the engine's CPU bypasses of Megatron's CUDA assumptions; float32 only
+    if torch.cuda.is_available():  # the engine's CPU bypasses of Megatron's CUDA assumptions
         raise ConfigError("actor.backend='megatron' is out of range on a machine with GPUs: it trains on the CPU "
-                          "over gloo in float32 only; allowed: fsdp or ddp (bf16 autocast over float32 masters, NCCL)")
+                          "over gloo only; allowed: fsdp or ddp (bf16 autocast over float32 masters, NCCL)")
     from embodied_rl.models.causal_lm.loading import TINY_SIZES
 
+    tp = c.actor.tensor_parallel_size or c.actor.world_size
+    key = "actor.tensor_parallel_size" if c.actor.tensor_parallel_size else "actor.world_size"
+    _require(tp >= 1 and c.actor.world_size % tp == 0, key, tp,
+             f"a divisor of actor.world_size={c.actor.world_size}")
     sizes = TINY_SIZES.get(c.model.name)
     if sizes is not None:
-        tp = c.actor.world_size
         _require(sizes["num_attention_heads"] % tp == 0 and sizes["intermediate_size"] % tp == 0,
-                 "actor.world_size", tp, f"a divisor of model {c.model.name!r}'s {sizes['num_attention_heads']} "
+                 key, tp, f"a divisor of model {c.model.name!r}'s {sizes['num_attention_heads']} "
                  f"heads and {sizes['intermediate_size']} MLP width with actor.backend=megatron")
-
-
-def _require(condition: bool, key: str, value, allowed: str) -> None:
-    if not condition:
-        raise ConfigError(f"{key}={value!r} is out of range; allowed: {allowed}")
 
 
 def validate_reasoning(c: ReasoningConfig, gpus_planned: int | None = None) -> None:
     validate_logging(c.logging)
+    _require(c.cluster.num_cpus is None or c.cluster.num_cpus > 0, "cluster.num_cpus", c.cluster.num_cpus,
+             "null (all cores) or a number > 0")
     for component, nodes in c.placement.nodes.items():
         _require(component in ("env", "rollout", "actor"), f"placement.nodes.{component}", nodes,
                  "components env, rollout, actor")
@@ -365,6 +360,8 @@ def validate_reasoning(c: ReasoningConfig, gpus_planned: int | None = None) -> N
     _require(c.actor.backend in TRAINER_BACKENDS, "actor.backend", c.actor.backend, ", ".join(TRAINER_BACKENDS))
     _require(c.actor.world_size >= 1 and (c.actor.world_size == 1 or c.actor.backend != "single"),
              "actor.world_size", c.actor.world_size, "1 for actor.backend=single; >= 1 for ddp, fsdp, megatron")
+    _require(c.actor.tensor_parallel_size is None or c.actor.backend == "megatron", "actor.tensor_parallel_size",
+             c.actor.tensor_parallel_size, "null unless actor.backend=megatron")
     if c.actor.backend == "megatron":
         _check_megatron(c)
     _require(c.checkpoint.every_iterations >= 0, "checkpoint.every_iterations", c.checkpoint.every_iterations,

@@ -65,7 +65,7 @@ class ReasoningRunner(TextCheckpoints):
         """Evaluate, SFT, then RL to ``rl.iterations``; the evaluations (``self.summary``: the run's summary)."""
         c = self.config
         started = time.perf_counter()
-        with Cluster(c.cluster.address, None) as cluster:
+        with Cluster(c.cluster.address, c.cluster.num_cpus) as cluster:
             share = 0.2
             # sampled rounds reach the trainer on a channel: the driver sees their text and scores, never their ids
             self.channel = Channel.create("text", cluster)
@@ -96,6 +96,8 @@ class ReasoningRunner(TextCheckpoints):
                 rendezvous = serve_rendezvous(host, c.actor.timeout_s)
                 parallel = {"backend": c.actor.backend, "master_address": host, "master_port": rendezvous.port,
                             "served_store": True, "timeout_s": c.actor.timeout_s}
+                if c.actor.backend == "megatron":
+                    parallel["tensor_parallel_size"] = c.actor.tensor_parallel_size
             actor = WorkerGroup(LMActorWorker, "lm-actor", c.actor.world_size, cpus_per_worker=share, model=model,
                                 algorithm=c.algorithm, seed=c.seed, data_parallel=parallel,
                                 lora={"rank": c.actor.lora_rank, "alpha": c.actor.lora_alpha},

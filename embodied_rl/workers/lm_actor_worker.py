@@ -7,8 +7,9 @@ when they are not this worker's own in its group): N such workers form one train
 full batch, at the same time; each draws the same minibatch rows (same seed, checked), trains on its contiguous
 slice of each minibatch with the loss scaled so that the averaged gradient is the single-process gradient
 (``engines/training/data_parallel.py``), and rank 0 returns the metrics of the whole batch and the whole model.
-With ``backend: megatron`` the N workers are instead the tensor-parallel ranks of one Megatron copy of the model,
-each training on the whole minibatch (``engines/training/megatron_engine.py``).
+With ``backend: megatron`` the N workers are instead Megatron ranks: ``tensor_parallel_size`` ranks hold one copy
+of the model split by tensor parallelism and train on the same slice, N / ``tensor_parallel_size`` copies split
+each minibatch as data-parallel ranks do (``engines/training/megatron_engine.py``).
 
 Memory (``memory={micro_batch_size, max_tokens_per_micro_batch, activation_checkpointing, reference_offload}``, the
 ``actor.*`` keys): every pass over rows (the trainer's minibatch slices, the old and reference log-probs) runs in
@@ -72,14 +73,14 @@ class LMActorWorker(RoundTrainer, Worker):
             from embodied_rl.engines.training.megatron_engine import MegatronLlamaEngine
 
             del parallel["backend"]
-            self.engine = MegatronLlamaEngine(self.model, device=self.device, **parallel)
+            self.engine = MegatronLlamaEngine(self.model, device=self.device, compute_dtype=self.compute_dtype,
+                                              **parallel)
             self.model = self.engine.model
         else:
             self.engine = DataParallelEngine(self.model, DataParallelConfig(**parallel), self.device)
         self.engine.check_same(seed, "the actor's seed")  # the minibatch rows are drawn alike on every rank
         self.algorithm = algorithm
-        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-3,
-                                           weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(self.engine.optimized_parameters(), lr=1e-3, weight_decay=0.0)
         self.generator = torch.Generator().manual_seed(seed + 1000)
         self.reference = KLReference(self.engine, self.model, self.compute_dtype, self.device, self.lora,
                                      bool(memory.get("reference_offload")))
@@ -137,7 +138,8 @@ class LMActorWorker(RoundTrainer, Worker):
 
     def _logprobs(self, model, prompts: list[list[int]], responses: list[list[int]], temperature: float = 1.0):
         """``response_logprobs`` (``[B, L]`` log-probs and mask) with the forward in the checkpoint's dtype:
-        autocast over the float32 master weights (none for a float32 model or under Megatron, which is fp32)."""
+        autocast over the float32 master weights (none for a float32 model, or under Megatron, whose bf16 model runs
+        in bf16 over its own float32 masters)."""
         with torch.autocast(device_type=self.device.type, dtype=self.compute_dtype, enabled=self.mixed_precision):
             return response_logprobs(model, prompts, responses, self.pad_id, temperature)
 
@@ -177,6 +179,7 @@ class LMActorWorker(RoundTrainer, Worker):
         norm = self.engine.clip_grad_norm_(max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.engine.after_step()
         return norm
 
     def _local_rows(self, rows: list[int], denominator) -> tuple[list[int], float | None]:

@@ -35,3 +35,19 @@ def test_planned_peaks_are_within_a_quarter_of_measured(size, features):
         whole = load_reasoning_config("math_arith", None, [f"model.name={size}", *BASE, *features,
                                                            "actor.micro_batch_size=null"])
         assert planned(whole)[0] / measured_trainer > 1.25
+
+
+def test_megatron_ranks_hold_their_tensor_parallel_slice_and_their_copy_s_rows():
+    """TP=2 x DP=2 over 4 ranks: each rank holds half the weights, optimizer state and reference of TP=1, and
+    trains on half the minibatch rows; TP=4 holds a quarter and trains on every row."""
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed (the `megatron` extra)")
+    base = [*BASE, "actor.backend=megatron", "algorithm.kl_coef=0.01"]
+    plans = {tp: text_plan(load_reasoning_config("math_arith", None, [*base, f"actor.world_size={world}",
+                                                                      f"actor.tensor_parallel_size={tp}"]))
+             for tp, world in ((1, 1), (2, 4), (4, 4))}
+    for part in ("weights", "optimizer", "reference"):
+        one = plans[1]["components"]["trainer rank"][part]
+        assert one > 0 and plans[2]["components"]["trainer rank"][part] == pytest.approx(one / 2), part
+        assert plans[4]["components"]["trainer rank"][part] == pytest.approx(one / 4), part
+    rows = {tp: plan["minibatch_rows_per_rank"] for tp, plan in plans.items()}
+    assert rows == {1: 16, 2: 8, 4: 16}

@@ -51,3 +51,13 @@ def test_an_unparseable_override_of_an_embodied_task_names_it():
 def test_bad_lora_settings_are_one_line(overrides, key):
     with pytest.raises(ConfigError, match=key):
         load_reasoning_config("math_arith", None, overrides)
+
+
+def test_text_and_embodied_runs_share_the_cluster_section():
+    """One ``ClusterConfig`` for both worlds: ``cluster.num_cpus`` sizes a text run's embedded Ray too."""
+    from embodied_rl.config.schema import ClusterConfig
+
+    cluster = load_reasoning_config("math_arith", None, ["cluster.num_cpus=2"]).cluster
+    assert isinstance(cluster, ClusterConfig) and cluster.num_cpus == 2
+    with pytest.raises(ConfigError, match="cluster.num_cpus=0.0 is out of range"):
+        load_reasoning_config("math_arith", None, ["cluster.num_cpus=0"])

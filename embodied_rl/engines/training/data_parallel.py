@@ -140,6 +140,13 @@ class DataParallelEngine:
         dist.init_process_group(backend, rank=self.rank, world_size=self.world_size, timeout=timeout, **options)
         self._owns_group = True
 
+    def optimized_parameters(self) -> list[torch.nn.Parameter]:
+        """The tensors to hand the optimizer (after wrapping: FSDP swaps in sharded ones): the trainable ones."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def after_step(self) -> None:
+        """Nothing to do after an optimizer step (the interface ``MegatronLlamaEngine`` fills for its masters)."""
+
     def shard(self, items: list) -> list:
         """This rank's contiguous slice of ``items`` (the same list on every rank): ``len(items) // world_size``
         items each, the first ``len(items) % world_size`` ranks one more. May be empty."""

@@ -3,11 +3,13 @@ both ways.
 
 ``MegatronLlama(hf_config)`` is the same network as the HF model, split by tensor parallelism: rotary positions
 (base = the HF ``rope_theta``, rotate-half as HF), RMSNorm, SwiGLU MLP, grouped-query attention, no linear biases
-except Qwen2's on q, k and v (Megatron's ``add_qkv_bias``), embeddings tied or not as the HF config says. Its forward takes HF's arguments and returns ``.logits`` like HF.
+except Qwen2's on q, k and v (Megatron's ``add_qkv_bias``), embeddings tied or not as the HF config says. Its
+forward takes HF's arguments and returns ``.logits`` like HF.
 Call ``megatron_lm.initialize_tensor_parallel`` first.
 
 Weights: ``hf_to_megatron`` / ``megatron_to_hf`` convert between an HF state dict and the *full* (unsharded)
-Megatron one; ``shard`` / ``gather`` move a full Megatron tensor to / from this rank's slice. The Megatron layout
+Megatron one; ``shard`` cuts a full Megatron tensor to this rank's slice, ``gather_buckets`` gathers whole ones
+from every rank's slices (in flat buckets, one all-gather each). The Megatron layout
 (the local layer spec: every norm its own ``torch.nn.RMSNorm`` module, none fused into a linear):
 
 * ``linear_qkv.weight`` ``[G * (Q/G + 2) * d, H]``: rows grouped by query group g (G = ``num_key_value_heads``),
@@ -45,7 +47,7 @@ FC1 = "mlp.linear_fc1.weight"
 
 class LMOutput(NamedTuple):
     logits: torch.Tensor
-    """``[B, T, V]`` float32, V the HF vocabulary."""
+    """``[B, T, V]`` float32 (a bf16 model's computed in bf16, then cast), V the HF vocabulary."""
 
 
 def rope_theta(hf_config) -> float:
@@ -86,7 +88,11 @@ def check_llama(hf_config, tp: int) -> None:
     rope_theta(c)
 
 
-def transformer_config(hf_config, tp: int) -> TransformerConfig:
+def transformer_config(hf_config, tp: int, dtype: torch.dtype = torch.float32) -> TransformerConfig:
+    """Megatron's config of ``hf_config``'s network, its parameters in ``dtype`` (float32 or bfloat16; with bf16
+    attention's softmax still runs in float32, as Megatron's default)."""
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise NotImplementedError(f"parameters in {dtype}: float32 or bfloat16 only")
     c = hf_config
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="full scope is deprecated")  # a default of megatron-core's own
@@ -96,7 +102,8 @@ def transformer_config(hf_config, tp: int) -> TransformerConfig:
             normalization="RMSNorm", layernorm_epsilon=c.rms_norm_eps, gated_linear_unit=True,
             activation_func=F.silu, add_bias_linear=False, add_qkv_bias=qkv_bias(c), bias_activation_fusion=False,
             tensor_model_parallel_size=tp, hidden_dropout=0.0, attention_dropout=0.0,
-            use_cpu_initialization=True, perform_initialization=False, params_dtype=torch.float32)
+            use_cpu_initialization=True, perform_initialization=False, params_dtype=dtype,
+            bf16=dtype == torch.bfloat16)
 
 
 class _HostRotaryEmbedding(RotaryEmbedding):
@@ -111,16 +118,17 @@ class _HostRotaryEmbedding(RotaryEmbedding):
 
 
 class MegatronLlama(torch.nn.Module):
-    """This TP rank's slice of ``hf_config``'s Llama (weights uninitialised: ``load_full``). ``gpt``: the
-    Megatron ``GPTModel``."""
+    """This TP rank's slice of ``hf_config``'s Llama (weights uninitialised: ``load_full``), its parameters in
+    ``dtype`` (float32 or bfloat16). ``gpt``: the Megatron ``GPTModel``."""
 
-    def __init__(self, hf_config):
+    def __init__(self, hf_config, dtype: torch.dtype = torch.float32):
         super().__init__()
         tp = parallel_state.get_tensor_model_parallel_world_size()
         check_llama(hf_config, tp)
         self.vocab = hf_config.vocab_size
         self.tied = bool(hf_config.tie_word_embeddings)
-        self.gpt = GPTModel(transformer_config(hf_config, tp), get_gpt_layer_local_spec(normalization="RMSNorm"),
+        self.dtype = dtype
+        self.gpt = GPTModel(transformer_config(hf_config, tp, dtype), get_gpt_layer_local_spec(normalization="RMSNorm"),
                             vocab_size=padded_vocab(self.vocab, tp),
                             max_sequence_length=hf_config.max_position_embeddings, position_embedding_type="rope",
                             rotary_base=rope_theta(hf_config), share_embeddings_and_output_weights=self.tied,
@@ -128,6 +136,9 @@ class MegatronLlama(torch.nn.Module):
         self.gpt.rotary_pos_emb = _HostRotaryEmbedding(kv_channels=head_dim(hf_config), rotary_percent=1.0,
                                                        rotary_base=rope_theta(hf_config),
                                                        use_cpu_initialization=True)
+        for module in self.gpt.modules():  # the local spec's torch norms are made in float32 whatever the config
+            if isinstance(module, torch.nn.RMSNorm):
+                module.to(dtype)
         self.dims = megatron_lm.partition_dims(self.gpt)
         """Per ``gpt`` parameter name, the dimension its TP slices split (None: replicated)."""
 
@@ -142,11 +153,11 @@ class MegatronLlama(torch.nn.Module):
         local = self.gpt(input_ids, positions, attention_mask=masked)  # [B, T, V_padded / tp]
         if parallel_state.get_tensor_model_parallel_world_size() > 1:
             local = megatron_lm._GatherLastDim.apply(local)
-        return LMOutput(local[..., :self.vocab])
+        return LMOutput(local[..., :self.vocab].float())
 
     @torch.no_grad()
     def load_full(self, full: dict[str, torch.Tensor]) -> None:
-        """Copy this rank's slice of each full Megatron tensor into the parameters."""
+        """Copy this rank's slice of each full Megatron tensor into the parameters (cast to their dtype)."""
         for name, param in self.gpt.named_parameters():
             param.copy_(shard(name, full[name], self.dims[name]))
 
@@ -161,19 +172,42 @@ def shard(name: str, full: torch.Tensor, dim: int | None) -> torch.Tensor:
     return full.chunk(tp, dim=dim)[rank]
 
 
-def gather(name: str, local: torch.Tensor, dim: int | None) -> torch.Tensor:
-    """The full tensor ``name`` from every rank's ``local`` slice (collective over the TP group; the inverse of
-    ``shard``). Replicated tensors (``dim`` None) are this rank's, copied."""
-    tp = parallel_state.get_tensor_model_parallel_world_size()
-    local = local.detach()
-    if dim is None or tp == 1:
-        return local.clone()
-    shards = [torch.empty_like(local) for _ in range(tp)]
-    torch.distributed.all_gather(shards, local.contiguous(), group=parallel_state.get_tensor_model_parallel_group())
+def assemble(name: str, shards: list[torch.Tensor], dim: int) -> torch.Tensor:
+    """The full tensor ``name`` from every TP rank's slice, in rank order (``shard``'s inverse)."""
     if name.endswith(FC1):
         gates, ups = zip(*(s.chunk(2, dim=0) for s in shards))
         return torch.cat([*gates, *ups])
     return torch.cat(shards, dim=dim)
+
+
+def gather_buckets(tensors: dict[str, torch.Tensor], dims: dict[str, int | None],
+                   bucket_bytes: int = 64 << 20) -> dict[str, torch.Tensor]:
+    """The full tensor of every tensor in ``tensors`` (this rank's slices by name; replicated ones, ``dims``
+    None, copied), the split ones packed into flat buckets of at most ``bucket_bytes`` (a larger tensor alone) per
+    dtype: one all-gather per bucket instead of one per tensor. Collective over the TP group; every rank passes the
+    same names in the same order."""
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    full = {name: local.detach().clone() for name, local in tensors.items() if dims[name] is None or tp == 1}
+    split = [(name, local.detach()) for name, local in tensors.items() if name not in full]
+    buckets: list[list[tuple[str, torch.Tensor]]] = []
+    for name, local in split:
+        open_bucket = next((b for b in buckets if b[0][1].dtype == local.dtype and sum(
+            t.numel() * t.element_size() for _, t in b) + local.numel() * local.element_size() <= bucket_bytes), None)
+        if open_bucket is None:
+            buckets.append([(name, local)])
+        else:
+            open_bucket.append((name, local))
+    group = parallel_state.get_tensor_model_parallel_group()
+    for bucket in buckets:
+        flat = torch.cat([local.reshape(-1) for _, local in bucket])
+        gathered = [torch.empty_like(flat) for _ in range(tp)]
+        torch.distributed.all_gather(gathered, flat, group=group)
+        offset = 0
+        for name, local in bucket:
+            shards = [g[offset:offset + local.numel()].view(local.shape) for g in gathered]
+            full[name] = assemble(name, shards, dims[name])
+            offset += local.numel()
+    return {name: full[name] for name in tensors}
 
 
 def hf_to_megatron(hf: dict[str, torch.Tensor], hf_config, tp: int) -> dict[str, torch.Tensor]:

@@ -19,7 +19,8 @@ Two more CUDA defaults are avoided rather than bypassed: the causal mask that th
 (``gather_from_tensor_model_parallel_region``, which allocates on the current CUDA device; ``_GatherLastDim``
 here).
 
-Limits: tensor parallelism only (data and pipeline parallel sizes 1, so the world is the TP group); sequence
+Limits: tensor and data parallelism (pipeline parallel size 1; ``MegatronGPTEngine`` itself is tested at data
+parallel size 1, ``megatron_engine`` averages gradients over the data-parallel group); sequence
 parallelism, fused kernels, Transformer Engine, Apex and Megatron's distributed optimizer off; learned absolute
 positions, LayerNorm, GeLU MLP with biases (no gated MLP: its fc1 shards are strided), untied output layer,
 float32. The full state dict is in Megatron's names and layout (``linear_qkv`` rows grouped by head: q, k, v per
@@ -100,25 +101,30 @@ class _GatherLastDim(torch.autograd.Function):
 
 
 def initialize_tensor_parallel(tp_size: int, *, rank: int, master_port: int, master_address: str = "127.0.0.1",
-                               timeout_s: float = 600.0, served_store: bool = False) -> None:
-    """Join a world of ``tp_size`` processes (gloo, the process-wide default group: Megatron builds its groups
-    from it, so one such engine per process) and set up Megatron's parallel state with TP = the whole world.
+                               timeout_s: float = 600.0, served_store: bool = False,
+                               world_size: int | None = None) -> None:
+    """Join a world of ``world_size`` processes (default ``tp_size``; gloo, the process-wide default group:
+    Megatron builds its groups from it, so one such engine per process) and set up Megatron's parallel state:
+    tensor-parallel groups of ``tp_size`` consecutive ranks, ``world_size / tp_size`` data-parallel copies.
 
     ``master_address:master_port``: where the rendezvous store is: served by rank 0 (``served_store`` False; the
     port must still be free) or by another process, every rank a client (True: ``data_parallel.serve_rendezvous``,
     race-free). gloo's interface follows ``GLOO_SOCKET_IFNAME`` where set. Collectives that wait longer than
     ``timeout_s`` fail.
     """
+    world_size = tp_size if world_size is None else world_size
+    if world_size % tp_size:
+        raise ValueError(f"world of {world_size} processes does not divide into tensor-parallel groups of {tp_size}")
     if not dist.is_initialized():
         timeout = datetime.timedelta(seconds=timeout_s)
         if served_store:
-            where = dict(store=dist.TCPStore(master_address, master_port, tp_size, is_master=False, timeout=timeout))
+            where = dict(store=dist.TCPStore(master_address, master_port, world_size, is_master=False,
+                                             timeout=timeout))
         else:
             where = dict(init_method=f"tcp://{master_address}:{master_port}")
-        dist.init_process_group("gloo", rank=rank, world_size=tp_size, timeout=timeout, **where)
-    if dist.get_world_size() != tp_size:
-        raise ValueError(f"world of {dist.get_world_size()} processes, tp_size={tp_size}: only tensor "
-                         "parallelism is supported (data and pipeline parallel sizes 1)")
+        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timeout, **where)
+    if dist.get_world_size() != world_size:
+        raise ValueError(f"this process is already in a world of {dist.get_world_size()}, not {world_size}")
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp_size, create_gloo_process_groups=False)
     _bypass_cuda_memory_buffer()
     initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)  # a no-op fork(): see the module docstring
