@@ -205,7 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     channel_bench = benches.add_parser("channel", help="bandwidth and latency of each transport between two workers")
     channel_bench.add_argument("--repeats", type=int, default=2, help="measurements per transport (best kept)")
     channel_bench.add_argument("--sizes", default=None, help="comma list of message sizes to measure, from "
-                               "1KB,1MB,100MB (default: all)")
+                               "1KB,1MB,10MB,100MB (default: all)")
+    channel_bench.add_argument("--nodes", type=int, default=1, help="1: both workers on one node; 2: on two local "
+                               "Ray nodes (every route crosses the node boundary)")
     channel_bench.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -330,7 +332,7 @@ def _bench_text_tis(args) -> int:
 def _bench_channel(args) -> int:
     from embodied_rl.bench.channel_bench import run_channel_bench
 
-    return run_channel_bench(args.json, args.repeats, args.sizes)
+    return run_channel_bench(args.json, args.repeats, args.sizes, args.nodes)
 
 
 HANDLERS = {"plan": _plan, "report": _report, "sweep": _sweep, "tasks": _tasks, "doctor": _doctor, "demos": _demos, "scale": _scale, "train": _train, "eval": _eval,

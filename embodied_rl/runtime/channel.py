@@ -26,7 +26,7 @@ from embodied_rl.runtime.transports.session_files import register_process, sweep
 from embodied_rl.runtime.transports.shared_memory import DEFAULT_THRESHOLD
 from embodied_rl.runtime.transports.sockets import Inbox, Outbox
 
-TRANSPORTS = ("auto", "socket", "shared_memory")
+TRANSPORTS = ("auto", "socket", "shared_memory", "collective")
 
 
 _CHANNEL_NUMBERS = itertools.count()
@@ -80,8 +80,10 @@ class Channel:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport={transport!r}; allowed: {', '.join(TRANSPORTS)}")
         self.transport = transport
-        # auto: arrays of 64 KiB and more through shared memory, smaller ones inline on the socket.
-        self.shm_threshold = {"auto": DEFAULT_THRESHOLD, "shared_memory": 0, "socket": None}[transport]
+        # auto: arrays of 64 KiB and more through shared memory, smaller ones inline on the socket; collective:
+        # the same 64 KiB and more as point-to-point sends on a gloo pair (transports/point_to_point.py).
+        self.shm_threshold = {"auto": DEFAULT_THRESHOLD, "shared_memory": 0}.get(transport)
+        self.p2p_threshold = DEFAULT_THRESHOLD if transport == "collective" else None
         self.name = name
         self.session_dir = session_dir
         self.authkey = authkey
@@ -95,7 +97,8 @@ class Channel:
         """A new channel of this cluster session; ``name`` labels it (each call makes a distinct channel).
 
         ``transport``: ``auto`` (large arrays through shared memory), ``socket`` (everything through the
-        socket), ``shared_memory`` (every array buffer through shared memory).
+        socket), ``shared_memory`` (every array buffer through shared memory), ``collective`` (large arrays as
+        gloo point-to-point sends on a group of two formed per sender and reader; the frame on the socket).
         """
         unique = f"{cluster.session_id}/{name}/{next(_CHANNEL_NUMBERS)}"
         return cls(unique, cluster.session_dir, cluster.channel_directory(), transport, cluster.authkey)
@@ -109,8 +112,9 @@ class Channel:
 
     def traffic(self) -> dict:
         """Counters of what this process has sent, by transport (all channels of the session):
-        ``<transport>_messages``/``_bytes``, ``shared_memory_buffers``/``_bytes`` (by kind too), and
-        ``shared_memory_fallbacks`` (buffers that went inline because shared memory had no room)."""
+        ``<transport>_messages``/``_bytes``, ``shared_memory_buffers``/``_bytes`` (by kind too),
+        ``shared_memory_fallbacks`` (buffers that went inline because shared memory had no room), and
+        ``point_to_point_buffers``/``_bytes`` (buffers sent on a pair's group)."""
         return dict(self._endpoints.outbox.counters)
 
     def shared_array(self, shape, dtype="float32"):
@@ -123,9 +127,11 @@ class Channel:
         return self._endpoints.outbox.encoder.shared_arrays.empty(shape, dtype)
 
     def transport_to_readers(self, key: str = "default", timeout: float = 120.0) -> dict:
-        """``{reader node id: transport}`` this process would use to send on ``key``."""
+        """``{reader node id: transport}`` this process would use to send on ``key`` (``gloo_point_to_point``:
+        large arrays on a pair's group, the frame on the socket)."""
         outbox = self._endpoints.outbox
-        return {address.node_id: outbox.transport_to(address) for address, _ in self._lookup_readers(key, timeout)}
+        return {address.node_id: "gloo_point_to_point" if self.p2p_threshold is not None else
+                outbox.transport_to(address) for address, _ in self._lookup_readers(key, timeout)}
 
     @property
     def _endpoints(self) -> _ProcessEndpoints:
@@ -230,7 +236,7 @@ class Channel:
             endpoints.inbox.deliver(self.name, key, item)  # a reader in this process: no copy, no socket
             return
         try:
-            endpoints.outbox.send(address, self.name, key, item, self.shm_threshold, deadline)
+            endpoints.outbox.send(address, self.name, key, item, self.shm_threshold, deadline, self.p2p_threshold)
         except SendTimeout as error:
             raise ChannelTimeout(f"put on channel {self.name!r}, key {key!r} did not finish within {timeout} s: "
                                  f"{error}") from error

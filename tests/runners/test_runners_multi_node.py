@@ -1,5 +1,6 @@
 """Two Ray nodes on one machine (Ray's own cluster test utility): components on different nodes train, and the
-channel picks TCP across the node boundary and a Unix socket within a node; a text run's workers go to the nodes
+channel picks TCP across the node boundary and a Unix socket within a node, and its collective route sends tensors
+across on a gloo pair; a text run's workers go to the nodes
 ``placement.nodes`` names, its sampled rounds crossing to the trainer on its channel."""
 
 import json
@@ -17,7 +18,7 @@ SCRIPT = textwrap.dedent("""
     from ray.cluster_utils import Cluster as RayTestCluster
     from embodied_rl.config import load_train_config
     from embodied_rl.runners.setup import start_workers
-    from embodied_rl.runtime import Cluster
+    from embodied_rl.runtime import Channel, Cluster
     from embodied_rl.workers.messages import REQUESTS_KEY, TRAJECTORIES_KEY, responses_key
 
     nodes = RayTestCluster(initialize_head=True, head_node_args={"num_cpus": 4})
@@ -43,9 +44,24 @@ SCRIPT = textwrap.dedent("""
         within = ray.get(workers.env.workers[0].__ray_call__.remote(
             lambda self: [self.channel.transport_to_readers(responses_key(r, 0)) for r in range(2)]))
         traffic = ray.get(workers.env.workers[0].__ray_call__.remote(lambda self: self.channel.traffic()))
+        # the collective route across the nodes: env worker (node 1) -> this driver (node 0), a gloo pair
+        import torch
+        p2p = Channel.create("p2p", cluster, transport="collective")
+        p2p.subscribe("bulk")
+        def send_bulk(self, channel):  # returns what these puts added to the process's traffic counters
+            before = channel.traffic()
+            for i in range(2):
+                channel.put({"tensor": torch.arange(300_000, dtype=torch.float32) + i, "small": i}, "bulk")
+            added = {k: v - before.get(k, 0) for k, v in channel.traffic().items()}
+            return added, channel.transport_to_readers("bulk")
+        p2p_traffic, p2p_route = ray.get(workers.env.workers[0].__ray_call__.remote(send_bulk, p2p))
+        got = [p2p.get("bulk", timeout=120) for _ in range(2)]
+        p2p_equal = all(torch.equal(item["tensor"], torch.arange(300_000, dtype=torch.float32) + item["small"])
+                        for item in got) and sorted(item["small"] for item in got) == [0, 1]
         workers.shutdown()
     embodied = dict(env_nodes=sorted(env_nodes), learner_nodes=sorted(learner_nodes), version=version,
-                    losses=losses, across=across, within=within, traffic=traffic)
+                    losses=losses, across=across, within=within, traffic=traffic,
+                    p2p=dict(traffic=p2p_traffic, route=list(p2p_route.values()), equal=p2p_equal))
 
     from embodied_rl.config.reasoning import load_reasoning_config
     from embodied_rl.runners.reasoning import ReasoningRunner
@@ -96,6 +112,16 @@ def test_training_across_two_nodes_uses_tcp_across_and_unix_sockets_within(two_n
     assert set(report["across"].values()) == {"tcp"}  # env worker (node 1) -> rollout worker (node 0)
     assert all(set(readers.values()) == {"unix_socket"} for readers in report["within"])  # env -> env node
     assert report["traffic"]["tcp_messages"] > 0
+
+
+@pytest.mark.slow
+def test_a_collective_channel_sends_tensors_across_nodes_on_a_gloo_pair(two_node_report):
+    """The frames cross on TCP, the 1.2 MB tensors on the pair's gloo group, and arrive whole."""
+    p2p = two_node_report["embodied"]["p2p"]
+    assert p2p["route"] == ["gloo_point_to_point"] and p2p["equal"]
+    assert p2p["traffic"]["point_to_point_buffers"] == 2
+    assert p2p["traffic"]["point_to_point_bytes"] == 2 * 300_000 * 4
+    assert p2p["traffic"]["tcp_bytes"] < 10_000  # the frames alone: no tensor bytes on the socket
 
 
 @pytest.mark.slow

@@ -159,3 +159,48 @@ def test_an_idle_reader_takes_the_next_item_and_a_slow_one_is_passed_over(cluste
         assert handled.count(1) >= 17
     finally:
         group.kill()
+
+
+class Summer(Worker):
+    """Reads items from key ``bulk`` and answers each on ``sums`` with the sum of its ``"array"`` and ``"tensor"``."""
+
+    def __init__(self, channel, **kwargs):
+        super().__init__(**kwargs)
+        self.channel = channel
+        self.channel.subscribe("bulk")
+
+    def serve(self, count: int) -> int:
+        for _ in range(count):
+            item = self.channel.get("bulk", timeout=60)
+            self.channel.put((item["index"], float(item["array"].sum()), float(item["tensor"].double().sum()),
+                              str(item["tensor"].dtype), item["note"]), "sums")
+        return count
+
+
+def test_a_collective_channel_sends_large_buffers_on_a_gloo_pair_and_small_ones_inline(cluster):
+    """The pair forms on the first large buffer; each 1 MB buffer goes on it (counted), the 16-byte one inline, and
+    the reader rebuilds every array, tensor (bf16 too) and plain value exactly."""
+    import torch
+
+    channel = Channel.create("test-collective", cluster, transport="collective")
+    group = WorkerGroup(Summer, "summer", 1, cpus_per_worker=0.1, channel=channel)
+    try:
+        serving = group.workers[0].serve.remote(3)
+        before = channel.traffic()
+        items = [dict(index=i, array=np.full(1 << 18, i + 1, dtype=np.float32),
+                      tensor=torch.full((1 << 19,), 0.5 * i, dtype=torch.bfloat16), note=np.arange(4, dtype=np.int32))
+                 for i in range(3)]
+        for item in items:
+            channel.put(item, "bulk")
+        assert set(channel.transport_to_readers("bulk").values()) == {"gloo_point_to_point"}
+        answers = sorted(channel.get("sums", timeout=60) for _ in range(3))
+        assert ray.get(serving) == 3
+        after = channel.traffic()
+        assert [a[:4] for a in answers] == [(i, float((i + 1) << 18), 0.5 * i * (1 << 19), "torch.bfloat16")
+                                            for i in range(3)]
+        assert all(np.array_equal(a[4], np.arange(4)) for a in answers)
+        assert after.get("point_to_point_buffers", 0) - before.get("point_to_point_buffers", 0) == 6
+        assert after["point_to_point_bytes"] - before.get("point_to_point_bytes", 0) == 6 << 20
+        assert after["unix_socket_bytes"] - before.get("unix_socket_bytes", 0) < 6 << 10  # frames, not tensors
+    finally:
+        group.kill()

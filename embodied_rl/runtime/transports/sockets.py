@@ -35,6 +35,7 @@ from embodied_rl.runtime.transports.encoding import Decoder, Encoder, pack_messa
 from embodied_rl.runtime.transports.framing import (HANDSHAKE_TIMEOUT_S, FrameReader, FrameRefused, FrameWriter,
                                                    HandshakeError, SendTimeout, client_handshake, remaining,
                                                    server_handshake)
+from embodied_rl.runtime.transports import point_to_point
 from embodied_rl.runtime.transports.keyed_queues import KeyedQueues, Undeliverable
 from embodied_rl.runtime.transports.shared_memory import segment_prefix, shared_memory_available
 
@@ -142,6 +143,7 @@ class Inbox:
     def _receive_loop(self, client: socket.socket, authenticated: bool) -> None:
         """One connection's thread: handshake (TCP), then receive, check, decode and queue frames until EOF."""
         decoder = Decoder()
+        pair = None  # this connection's point-to-point group, once its sender formed one
         try:
             frame_key = None
             if authenticated:
@@ -160,10 +162,17 @@ class Inbox:
                 if body is None:
                     return
                 channel, key, payload, descriptors = unpack_message(body)
-                foreign = [d[1] for d in descriptors if d[0] != "inline" and
+                if channel == point_to_point.PAIR_FRAME:
+                    pair = point_to_point.join_receiver(payload)
+                    continue
+                foreign = [d[1] for d in descriptors if d[0] not in ("inline", "p2p") and
                            (authenticated or not d[1].startswith(self.segment_prefix))]
                 if foreign:  # across nodes every byte is inline; here, only this session's segments
                     raise FrameRefused(f"a frame names shared memory outside this session: {foreign[0]!r}")
+                if any(d[0] == "p2p" for d in descriptors):
+                    if pair is None:
+                        raise FrameRefused("a frame names point-to-point buffers, but no pair was formed")
+                    descriptors = point_to_point.receive_buffers(pair, descriptors)
                 try:
                     item = decoder.decode(payload, descriptors)
                 except Exception as error:  # the frame is whole: keep the connection, hand the error to the reader
@@ -178,6 +187,8 @@ class Inbox:
         except Exception:
             log.exception("inbox %s: dropped a connection whose frame could not be read", self.address.unix_path)
         finally:
+            if pair is not None:
+                pair.destroy()
             decoder.close()  # the mappings of this sender's segments
             with self._lock:
                 self._connections.discard(client)
@@ -205,15 +216,17 @@ class Outbox:
         self.counters = defaultdict(int)
         self.encoder = Encoder(segment_prefix(session_tag), self.counters)
         self._connections: dict[InboxAddress, _Connection] = {}
+        self._pairs: dict[InboxAddress, object] = {}  # point-to-point groups, by receiver
         self._lock = threading.Lock()
 
     def transport_to(self, address: InboxAddress) -> str:
         return "unix_socket" if address.node_id == self.node_id else "tcp"
 
     def send(self, address: InboxAddress, channel: str, key: str, item, shm_threshold: int | None,
-             deadline: float | None = None) -> None:
+             deadline: float | None = None, p2p_threshold: int | None = None) -> None:
         """Send ``item`` by ``deadline`` (``time.monotonic()`` seconds; None: no limit); same-node array buffers of
-        at least ``shm_threshold`` bytes go through shared memory.
+        at least ``shm_threshold`` bytes go through shared memory; with ``p2p_threshold`` (and then no shared
+        memory) buffers of at least that many bytes go on the receiver's point-to-point group instead.
 
         Raises ``SendTimeout`` (naming the inbox) when the receiver takes no bytes before the deadline; the
         connection is then closed (it holds part of a frame). Other ``OSError``: the receiver is gone.
@@ -223,7 +236,10 @@ class Outbox:
             if not self._lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic())):
                 raise SendTimeout("waiting for another thread's send")
             try:
-                self._send(address, transport, channel, key, item, shm_threshold, deadline)
+                if p2p_threshold is None:
+                    self._send(address, transport, channel, key, item, shm_threshold, deadline)
+                else:
+                    self._send_p2p(address, transport, channel, key, item, p2p_threshold, deadline)
             finally:
                 self._lock.release()
         except SendTimeout as error:
@@ -249,6 +265,34 @@ class Outbox:
                 self.counters[f"shared_memory_{descriptor[0]}_buffers"] += 1
                 self.counters["shared_memory_buffers"] += 1
                 self.counters["shared_memory_bytes"] += descriptor[3]
+
+    def _send_p2p(self, address, transport, channel, key, item, threshold: int, deadline) -> None:
+        """The frame on the socket, its buffers of at least ``threshold`` bytes after it on the pair's group."""
+        connection = self._connection(address, transport, channel, deadline)
+        try:
+            pair = self._pairs.get(address)
+            if pair is None:
+                spec, frame = point_to_point.open_pair(self.node_id[:8])
+                connection.writer.send(pack_message(point_to_point.PAIR_FRAME, "", frame, []), deadline)
+                pair = self._pairs[address] = point_to_point.join_sender(spec)
+                log.info("channel %s: point-to-point pair with %s formed (gloo)", channel, address.describe(transport))
+            payload, descriptors = self.encoder.encode(item, address, None, transport == "unix_socket")
+            wire, bulk = [], []
+            for descriptor in descriptors:
+                if descriptor[1].nbytes >= threshold:
+                    wire.append(("p2p", descriptor[1].nbytes))
+                    bulk.append(descriptor[1])
+                else:
+                    wire.append(descriptor)
+            size = connection.writer.send(pack_message(channel, key, payload, wire), deadline)
+            sent = point_to_point.send_buffers(pair, bulk)
+        except BaseException:
+            self._forget(address)  # a frame or its buffers may be half across: this pair cannot carry another
+            raise
+        self.counters[f"{transport}_messages"] += 1
+        self.counters[f"{transport}_bytes"] += size
+        self.counters["point_to_point_buffers"] += len(bulk)
+        self.counters["point_to_point_bytes"] += sent
 
     def _connection(self, address: InboxAddress, transport: str, channel: str, deadline: float | None):
         connection = self._connections.get(address)
@@ -289,4 +333,7 @@ class Outbox:
         connection = self._connections.pop(address, None)
         if connection is not None:
             connection.close()
+        pair = self._pairs.pop(address, None)
+        if pair is not None:
+            pair.destroy()
         self.encoder.forget(address)
