@@ -56,6 +56,9 @@ check pushcube-vla-bf16 "ray mani_skill" embodied-rl train --task maniskill_push
   policy.options.dtype=bfloat16 policy.options.action_chunk=8 env.num_workers=1 env.envs_per_worker=64 \
   rollout.steps_per_iteration=48 env.max_episode_steps=48 total_env_steps=12288 eval.every_iterations=0 \
   eval.num_episodes=64 algorithm.num_minibatches=8 algorithm.update_epochs=1
+# The channel's CUDA IPC route between two processes on one GPU (trajectory-sized tensors: bytes equal, no host copy,
+# memory kept while the receiver holds them and released after), against the host route; torch alone.
+check channel-cuda-ipc "torch" python scripts/gpu_channel_checks.py
 # vLLM and SGLang generation engines (each where installed): greedy and sampled outputs against Hugging Face before
 # and after an in-place weight update, and tokens/s.
 check llm-engines "ray transformers" python scripts/gpu_llm_checks.py

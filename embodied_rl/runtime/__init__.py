@@ -6,10 +6,20 @@ slots take turns; ``embodied_rl.runtime.offload.Offloader`` (not imported here: 
 component's tensors off its device between turns.
 """
 
-from embodied_rl.runtime.channel import Channel
-from embodied_rl.runtime.cluster import Cluster
-from embodied_rl.runtime.device_lock import DeviceLock, DeviceLockError, DeviceLockTimeout, TurnRecord
-from embodied_rl.runtime.worker import Worker, WorkerGroup
+import importlib
 
-__all__ = ["Channel", "Cluster", "DeviceLock", "DeviceLockError", "DeviceLockTimeout", "TurnRecord", "Worker",
-           "WorkerGroup"]
+_EXPORTS = {"Channel": "channel", "Cluster": "cluster", "DeviceLock": "device_lock", "DeviceLockError": "device_lock",
+            "DeviceLockTimeout": "device_lock", "TurnRecord": "device_lock", "Worker": "worker",
+            "WorkerGroup": "worker"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """The exports, imported on first use: ``embodied_rl.runtime.transports`` (encoding, CUDA IPC) is usable where
+    Ray is not installed (the GPU checks' machines)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"embodied_rl.runtime.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

@@ -9,6 +9,13 @@ A ``put`` never waits for the reader's owner to call ``get``: each process recei
 ``transports.sockets``), so a put returns once its bytes are across, and its ``timeout`` bounds the whole of it
 (finding a reader, connecting, sending): a reader process that takes no bytes (stopped, hung) makes it raise
 ``ChannelTimeout`` naming the channel, key and reader.
+
+Routes, chosen per (sender, reader) pair and per array: a reader in the sender's process gets the object itself;
+one on the same node gets the frame on a Unix socket and (``auto``) arrays of 64 KiB and more through shared
+memory, CUDA tensors as CUDA IPC handles; one on another node gets the frame on TCP and (``auto``) arrays of 1 MiB
+and more as gloo point-to-point sends on a group of two formed for the pair (``transports.point_to_point``; its
+sends are bounded by ``PAIR_TIMEOUT_S``, not the put's timeout). ``transport_to_readers`` names the route and
+``traffic`` counts each.
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ TRANSPORTS = ("auto", "socket", "shared_memory", "collective")
 
 _CHANNEL_NUMBERS = itertools.count()
 
+
+CROSS_NODE_P2P_THRESHOLD = 1 << 20
+"""``auto`` across nodes: arrays of at least this many bytes go on a gloo pair, not the TCP frame (measured with
+``embodied-rl bench channel --nodes 2``: 1.6x TCP at 1 MB, 3.6x at 10 MB, 2.6x at 100 MB; docs/results.md)."""
 
 DIRECTORY_TIMEOUT_S = 60.0
 """How long a call on the channel directory (subscribe, unsubscribe, the readers of a key) may take."""
@@ -80,8 +91,9 @@ class Channel:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport={transport!r}; allowed: {', '.join(TRANSPORTS)}")
         self.transport = transport
-        # auto: arrays of 64 KiB and more through shared memory, smaller ones inline on the socket; collective:
-        # the same 64 KiB and more as point-to-point sends on a gloo pair (transports/point_to_point.py).
+        # auto: arrays of 64 KiB and more through shared memory within a node, of 1 MiB and more as point-to-point
+        # sends on a gloo pair across nodes (transports/point_to_point.py), the rest inline on the socket;
+        # collective: 64 KiB and more on the pair whatever the node.
         self.shm_threshold = {"auto": DEFAULT_THRESHOLD, "shared_memory": 0}.get(transport)
         self.p2p_threshold = DEFAULT_THRESHOLD if transport == "collective" else None
         self.name = name
@@ -96,7 +108,8 @@ class Channel:
     def create(cls, name: str, cluster, transport: str = "auto") -> "Channel":
         """A new channel of this cluster session; ``name`` labels it (each call makes a distinct channel).
 
-        ``transport``: ``auto`` (large arrays through shared memory), ``socket`` (everything through the
+        ``transport``: ``auto`` (large arrays through shared memory within a node, on a gloo pair across nodes),
+        ``socket`` (everything through the
         socket), ``shared_memory`` (every array buffer through shared memory), ``collective`` (large arrays as
         gloo point-to-point sends on a group of two formed per sender and reader; the frame on the socket).
         """
@@ -127,11 +140,23 @@ class Channel:
         return self._endpoints.outbox.encoder.shared_arrays.empty(shape, dtype)
 
     def transport_to_readers(self, key: str = "default", timeout: float = 120.0) -> dict:
-        """``{reader node id: transport}`` this process would use to send on ``key`` (``gloo_point_to_point``:
-        large arrays on a pair's group, the frame on the socket)."""
-        outbox = self._endpoints.outbox
-        return {address.node_id: "gloo_point_to_point" if self.p2p_threshold is not None else
-                outbox.transport_to(address) for address, _ in self._lookup_readers(key, timeout)}
+        """``{reader node id: route}`` this process would use to send on ``key``: ``unix_socket`` (with shared
+        memory for large arrays under ``auto``), ``tcp``, ``tcp+gloo_point_to_point`` (``auto`` across nodes: arrays
+        of 1 MiB and more on a gloo pair) or ``gloo_point_to_point`` (``collective``)."""
+        endpoints = self._endpoints
+        return {address.node_id: self._route(endpoints, address) for address, _ in self._lookup_readers(key, timeout)}
+
+    def _p2p_threshold(self, endpoints: _ProcessEndpoints, address) -> int | None:
+        """Bytes from which an array goes on the pair's group when sent to ``address`` (None: never)."""
+        if self.transport == "auto" and address.node_id != endpoints.node_id:
+            return CROSS_NODE_P2P_THRESHOLD
+        return self.p2p_threshold
+
+    def _route(self, endpoints: _ProcessEndpoints, address) -> str:
+        if self.transport == "collective":
+            return "gloo_point_to_point"
+        transport = endpoints.outbox.transport_to(address)
+        return f"{transport}+gloo_point_to_point" if self._p2p_threshold(endpoints, address) else transport
 
     @property
     def _endpoints(self) -> _ProcessEndpoints:
@@ -236,7 +261,8 @@ class Channel:
             endpoints.inbox.deliver(self.name, key, item)  # a reader in this process: no copy, no socket
             return
         try:
-            endpoints.outbox.send(address, self.name, key, item, self.shm_threshold, deadline, self.p2p_threshold)
+            endpoints.outbox.send(address, self.name, key, item, self.shm_threshold, deadline,
+                                  self._p2p_threshold(endpoints, address))
         except SendTimeout as error:
             raise ChannelTimeout(f"put on channel {self.name!r}, key {key!r} did not finish within {timeout} s: "
                                  f"{error}") from error

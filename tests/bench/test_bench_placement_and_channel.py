@@ -51,16 +51,21 @@ def test_bench_channel_measures_every_transport_against_copy_and_ray(tmp_path):
     for row in report["sizes"].values():
         bandwidth = row["bandwidth_GBps"]
         assert set(bandwidth) == {"in_process_copy", "socket", "shared_memory", "shared_memory_by_reference",
-                                  "ray_object_store"}
+                                  "gloo_point_to_point", "ray_object_store"}
         assert min(bandwidth.values()) > 0 and min(row["one_way_latency_ms"].values()) > 0
         assert row["shared_memory_over_ray_object_store"] == pytest.approx(
             bandwidth["shared_memory"] / bandwidth["ray_object_store"], rel=2e-2)
+        assert row["gloo_point_to_point_over_socket"] == pytest.approx(
+            bandwidth["gloo_point_to_point"] / bandwidth["socket"], rel=2e-2)
 
 
 def test_bench_channel_refuses_an_unknown_size_with_one_line(tmp_path):
     result = run_cli("bench", "channel", "--sizes", "1KB,2GB", cwd=tmp_path)
-    assert result.returncode == 2 and "--sizes='1KB,2GB'; allowed: a comma list of 1KB, 1MB, 100MB" in result.stderr
+    assert result.returncode == 2 and "--sizes='1KB,2GB'; allowed: a comma list of 1KB, 1MB, 10MB, 100MB" in \
+        result.stderr
     assert "Traceback" not in result.stderr
+    result = run_cli("bench", "channel", "--nodes", "3", cwd=tmp_path)
+    assert result.returncode == 2 and "--nodes=3; allowed: 1, 2" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_bench_placement_refuses_an_unknown_policy_with_one_line(tmp_path):

@@ -44,24 +44,35 @@ SCRIPT = textwrap.dedent("""
         within = ray.get(workers.env.workers[0].__ray_call__.remote(
             lambda self: [self.channel.transport_to_readers(responses_key(r, 0)) for r in range(2)]))
         traffic = ray.get(workers.env.workers[0].__ray_call__.remote(lambda self: self.channel.traffic()))
-        # the collective route across the nodes: env worker (node 1) -> this driver (node 0), a gloo pair
+        # tensors across the nodes: env worker (node 1) -> rollout worker (node 0), on a collective channel and
+        # on a default (auto) one
         import torch
-        p2p = Channel.create("p2p", cluster, transport="collective")
-        p2p.subscribe("bulk")
         def send_bulk(self, channel):  # returns what these puts added to the process's traffic counters
             before = channel.traffic()
             for i in range(2):
                 channel.put({"tensor": torch.arange(300_000, dtype=torch.float32) + i, "small": i}, "bulk")
             added = {k: v - before.get(k, 0) for k, v in channel.traffic().items()}
-            return added, channel.transport_to_readers("bulk")
-        p2p_traffic, p2p_route = ray.get(workers.env.workers[0].__ray_call__.remote(send_bulk, p2p))
-        got = [p2p.get("bulk", timeout=120) for _ in range(2)]
-        p2p_equal = all(torch.equal(item["tensor"], torch.arange(300_000, dtype=torch.float32) + item["small"])
-                        for item in got) and sorted(item["small"] for item in got) == [0, 1]
+            return added, list(channel.transport_to_readers("bulk").values())
+        def subscribe(self, channel):
+            channel.subscribe("bulk")
+            return ray.get_runtime_context().get_node_id()
+        def take(self, channel):
+            items = [channel.get("bulk", timeout=120) for _ in range(2)]
+            return all(torch.equal(item["tensor"], torch.arange(300_000, dtype=torch.float32) + item["small"])
+                       for item in items) and sorted(item["small"] for item in items) == [0, 1]
+        sender, reader = workers.env.workers[0], workers.rollout.workers[0]
+        routes = {}
+        for transport in ("collective", "auto"):
+            channel = Channel.create(f"bulk-{transport}", cluster, transport=transport)
+            reader_node = ray.get(reader.__ray_call__.remote(subscribe, channel))
+            added, route = ray.get(sender.__ray_call__.remote(send_bulk, channel))
+            sender_node = ray.get(sender.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
+            equal = ray.get(reader.__ray_call__.remote(take, channel))
+            routes[transport] = dict(traffic=added, route=route, equal=equal, across=reader_node != sender_node)
         workers.shutdown()
     embodied = dict(env_nodes=sorted(env_nodes), learner_nodes=sorted(learner_nodes), version=version,
                     losses=losses, across=across, within=within, traffic=traffic,
-                    p2p=dict(traffic=p2p_traffic, route=list(p2p_route.values()), equal=p2p_equal))
+                    routes=routes)
 
     from embodied_rl.config.reasoning import load_reasoning_config
     from embodied_rl.runners.reasoning import ReasoningRunner
@@ -109,19 +120,24 @@ def test_training_across_two_nodes_uses_tcp_across_and_unix_sockets_within(two_n
     assert len(report["env_nodes"]) == 1 and len(report["learner_nodes"]) == 1
     assert report["env_nodes"] != report["learner_nodes"]
     assert report["version"] == 2 and all(isinstance(x, float) for x in report["losses"])
-    assert set(report["across"].values()) == {"tcp"}  # env worker (node 1) -> rollout worker (node 0)
+    # env worker (node 1) -> rollout worker (node 0): frames on TCP, arrays of 1 MiB and more on a gloo pair
+    assert set(report["across"].values()) == {"tcp+gloo_point_to_point"}
     assert all(set(readers.values()) == {"unix_socket"} for readers in report["within"])  # env -> env node
     assert report["traffic"]["tcp_messages"] > 0
 
 
 @pytest.mark.slow
-def test_a_collective_channel_sends_tensors_across_nodes_on_a_gloo_pair(two_node_report):
-    """The frames cross on TCP, the 1.2 MB tensors on the pair's gloo group, and arrive whole."""
-    p2p = two_node_report["embodied"]["p2p"]
-    assert p2p["route"] == ["gloo_point_to_point"] and p2p["equal"]
-    assert p2p["traffic"]["point_to_point_buffers"] == 2
-    assert p2p["traffic"]["point_to_point_bytes"] == 2 * 300_000 * 4
-    assert p2p["traffic"]["tcp_bytes"] < 10_000  # the frames alone: no tensor bytes on the socket
+def test_tensors_cross_nodes_on_a_gloo_pair_through_collective_and_auto_channels(two_node_report):
+    """Env worker (node 1) -> rollout worker (node 0): the frames cross on TCP, the 1.2 MB tensors on the pair's
+    gloo group (under ``auto`` too: above its 1 MiB threshold across nodes), and arrive whole."""
+    routes = two_node_report["embodied"]["routes"]
+    assert routes["collective"]["route"] == ["gloo_point_to_point"]
+    assert routes["auto"]["route"] == ["tcp+gloo_point_to_point"]
+    for route in routes.values():
+        assert route["across"] and route["equal"]
+        assert route["traffic"]["point_to_point_buffers"] == 2
+        assert route["traffic"]["point_to_point_bytes"] == 2 * 300_000 * 4
+        assert route["traffic"]["tcp_messages"] >= 2 and route["traffic"]["tcp_bytes"] < 10_000  # frames alone
 
 
 @pytest.mark.slow
