@@ -214,7 +214,8 @@ class TrainConfig:
     log_every_iterations: int = 1
     """Write scalars every this many iterations."""
     channel_transport: str = "auto"
-    """How workers exchange data: auto (large arrays through shared memory), socket, shared_memory."""
+    """How workers exchange data: auto (large arrays through shared memory within a node, on a gloo pair across
+    nodes), socket, shared_memory, collective (large arrays on a gloo pair everywhere)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
@@ -249,8 +250,8 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
     (batch sizes, chunks that divide the rollout, lock-step groups) are not applied."""
     c = config
     _require(c.total_env_steps >= 1, "total_env_steps", c.total_env_steps, "an integer >= 1")
-    _require(c.channel_transport in ("auto", "socket", "shared_memory"), "channel_transport",
-             c.channel_transport, "auto, socket, shared_memory")
+    _require(c.channel_transport in ("auto", "socket", "shared_memory", "collective"), "channel_transport",
+             c.channel_transport, "auto, socket, shared_memory, collective")
     _require(c.log_every_iterations >= 1, "log_every_iterations", c.log_every_iterations, "an integer >= 1")
     _require(c.env.num_workers >= 1, "env.num_workers", c.env.num_workers, "an integer >= 1")
     _require(c.env.envs_per_worker >= 1, "env.envs_per_worker", c.env.envs_per_worker, "an integer >= 1")
