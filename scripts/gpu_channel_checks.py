@@ -29,6 +29,17 @@ SHAPES = {"observations": (256, 50, 64), "actions": (256, 50, 8), "logprobs": (2
 ROUNDS = 5
 
 
+WAIT_S = 120.0
+"""Bounds every wait for the other process's message."""
+
+
+def receive(connection, what: str):
+    """The next message on ``connection`` within ``WAIT_S``; a ``TimeoutError`` naming ``what`` after that."""
+    if not connection.poll(WAIT_S):
+        raise TimeoutError(f"no {what} within {WAIT_S:.0f} s")
+    return connection.recv()
+
+
 def trajectory(seed: int, device: str) -> dict[str, torch.Tensor]:
     generator = torch.Generator(device="cpu").manual_seed(seed)
     out = {name: torch.randn(shape, generator=generator) for name, shape in SHAPES.items() if name != "images"}
@@ -47,7 +58,7 @@ def receiver(connection) -> None:
     decoder = Decoder()
     try:
         while True:
-            message = connection.recv()
+            message = receive(connection, "message from the sender")
             if message is None:
                 return
             kind, body = message
@@ -62,7 +73,7 @@ def receiver(connection) -> None:
             on_gpu = all(v.is_cuda for v in item.values())
             connection.send((equal, on_gpu))
             if kind == "hold":  # keep the tensors until told to drop them
-                assert connection.recv() == "drop"
+                assert receive(connection, "drop request") == "drop"
                 del item
                 torch.cuda.synchronize()
                 connection.send("dropped")
@@ -98,15 +109,15 @@ def main() -> int:
         held = torch.cuda.memory_allocated()
         here.send(("hold", body))
         del body
-        here.recv()
-        equal, on_gpu = here.recv()
+        receive(here, "receipt")
+        equal, on_gpu = receive(here, "comparison")
         check("ipc-bytes-equal", equal and on_gpu, f"equal={equal}, on the GPU={on_gpu}")
         torch.cuda.ipc_collect()
         kept = torch.cuda.memory_allocated()
         check("ipc-kept-while-held", kept - baseline >= nbytes,
               f"{(kept - baseline) / 2**20:.1f} MiB still allocated in the sender while the receiver holds them")
         here.send("drop")
-        assert here.recv() == "dropped"
+        assert receive(here, "drop confirmation") == "dropped"
         deadline = time.monotonic() + 10
         while torch.cuda.memory_allocated() - baseline >= nbytes and time.monotonic() < deadline:
             torch.cuda.ipc_collect()
@@ -127,9 +138,9 @@ def main() -> int:
                 sent = item if device == "cuda" else {k: v.cpu() for k, v in item.items()}
                 body = frame(sent, threshold, encoder)
                 here.send(("once", body))
-                here.recv()
+                receive(here, "receipt")
                 seconds.append(time.perf_counter() - start)
-                equal, on_gpu = here.recv()
+                equal, on_gpu = receive(here, "comparison")
                 check(f"{route}-round-{round_index}", equal and on_gpu, f"equal={equal}, on the GPU={on_gpu}")
                 del item, sent, body
                 torch.cuda.ipc_collect()

@@ -88,7 +88,7 @@ class ChannelBenchWorker(Worker):
 
     def get_objects(self, refs: list) -> float:
         for ref in refs:
-            _touch(ray.get(ref[0]))
+            _touch(ray.get(ref[0], timeout=CALL_TIMEOUT_S))
         return time.time()
 
     def copy_in_process(self, nbytes: int, count: int) -> float:
@@ -100,6 +100,18 @@ class ChannelBenchWorker(Worker):
             np.copyto(out, array)
             _touch(out)
         return time.perf_counter() - start
+
+
+CALL_TIMEOUT_S = 300.0
+"""Bounds every wait on a bench worker (a 100 MB round of 8 messages takes seconds)."""
+
+
+def _wait(refs, what: str):
+    """``ray.get(refs)`` within ``CALL_TIMEOUT_S``; a ``TimeoutError`` naming ``what`` after that."""
+    try:
+        return ray.get(refs, timeout=CALL_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise TimeoutError(f"bench channel: {what} did not finish within {CALL_TIMEOUT_S:.0f} s") from None
 
 
 def _count(nbytes: int) -> int:
@@ -161,19 +173,19 @@ def _measure(cluster, measured_sizes: dict[str, int], repeats: int, nodes: int) 
     channels = {name: Channel.create(f"bench-{name}", cluster, transport=transport) for name, transport in routes}
     by_reference = {"shared_memory_by_reference": channels["shared_memory"]} if nodes == 1 else {}
     for channel in channels.values():
-        ray.get([receiver.subscribe.remote(channel, "data"), sender.subscribe.remote(channel, "reply")])
+        _wait([receiver.subscribe.remote(channel, "data"), sender.subscribe.remote(channel, "reply")], "subscribing")
     rows = {}
     for label, nbytes in measured_sizes.items():
         count = _count(nbytes)
         best: dict[str, float] = {}
         for _ in range(repeats):
-            elapsed = {"in_process_copy": ray.get(sender.copy_in_process.remote(nbytes, count))}
+            elapsed = {"in_process_copy": _wait(sender.copy_in_process.remote(nbytes, count), "the copy")}
             for name, channel in [*channels.items(), *by_reference.items()]:
                 receiving = receiver.receive.remote(channel, "data", count)
-                start = ray.get(sender.send.remote(channel, "data", nbytes, count, name in by_reference))
-                elapsed[name] = ray.get(receiving) - start
-            start, refs = ray.get(sender.put_objects.remote(nbytes, count))
-            elapsed["ray_object_store"] = ray.get(receiver.get_objects.remote([[r] for r in refs])) - start
+                start = _wait(sender.send.remote(channel, "data", nbytes, count, name in by_reference), f"{name} sends")
+                elapsed[name] = _wait(receiving, f"{name} receives") - start
+            start, refs = _wait(sender.put_objects.remote(nbytes, count), "ray.put")
+            elapsed["ray_object_store"] = _wait(receiver.get_objects.remote([[r] for r in refs]), "ray.get") - start
             del refs
             for name, seconds in elapsed.items():
                 best[name] = min(best.get(name, float("inf")), seconds)
@@ -182,8 +194,9 @@ def _measure(cluster, measured_sizes: dict[str, int], repeats: int, nodes: int) 
         for name, channel in channels.items():
             pings = min(count, 50)
             ponging = receiver.pong.remote(channel, "data", "reply", pings + 1)
-            latency[name] = ray.get(sender.round_trips.remote(channel, "data", "reply", pings, nbytes))
-            ray.get(ponging)
+            trips = sender.round_trips.remote(channel, "data", "reply", pings, nbytes)
+            latency[name] = _wait(trips, f"{name} round trips")
+            _wait(ponging, f"{name} replies")
         ratio = lambda a, b: round(bandwidth[a] / bandwidth[b], 3)  # noqa: E731
         row = {"messages": count, "bandwidth_GBps": {k: float(f"{v:.4g}") for k, v in bandwidth.items()},
                "one_way_latency_ms": {k: round(v * 1e3, 3) for k, v in latency.items()}}
