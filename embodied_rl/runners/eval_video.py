@@ -28,7 +28,7 @@ def record_video(workers, num_episodes: int, path: str | Path, size: int = VIDEO
     """Film ``num_episodes`` episodes on env worker 0 of ``workers`` (an ``EmbodiedWorkers`` whose rollout workers
     hold the policy) and write the grid to ``path``: ``{"path", "episodes", "success_once", "seconds"}``."""
     start = time.perf_counter()
-    serving = workers.rollout.call("serve")
+    serving = workers.start_serving()
     try:
         episodes = ray.get(workers.env.call("record_video", num_episodes, size, ranks=[0])[0])
     finally:

@@ -51,6 +51,9 @@ class Resizing:
         as they were (a group already shrunk stays shrunk) and ready for the next round."""
         start = time.perf_counter()
         before = (len(self.env), len(self.rollout))
+        if self.inline and rollout_workers is not None:
+            raise ScaleError(f"rollout={rollout_workers}: with rollout.inline=true each env worker runs its own "
+                             f"policy and there are no rollout workers; allowed: scaling env workers")
         change_env = env_workers is not None and env_workers != len(self.env)
         change_rollout = rollout_workers is not None and rollout_workers != len(self.rollout)
         if change_env:
@@ -77,16 +80,13 @@ class Resizing:
                 growths["rollout"] = self.rollout.begin_resize(
                     rollout_workers, _new_worker_cpus(len(self.rollout), rollout_workers))
             if change_env:
-                self.steps_seen.update(dict.fromkeys(self.env.finish_resize(growths["env"]), 0))
+                added_env = self.env.finish_resize(growths["env"])
+                self.steps_seen.update(dict.fromkeys(added_env, 0))
                 self._finish_env_layout(layout)
+                if self.inline:  # the env workers are the samplers: new ones get the weights and join the group
+                    self._give_weights(added_env, "env")
             if change_rollout:
-                added = self.rollout.finish_resize(growths["rollout"])
-                if added:
-                    source = self.weights.full_weights()
-                    get_within([self.rollout.workers[rank].load_weights.remote(source) for rank in added],
-                               self.hang_timeout_s, f"new rollout workers {added}' weights")
-                if self.weights.formed:
-                    self.weights.reform(len(added) > 0)
+                self._give_weights(self.rollout.finish_resize(growths["rollout"]), "rollout")
         except (WorkerStartError, DeadlineExceeded, ray.exceptions.RayError) as error:
             self._roll_back(before, growths)
             raise ScaleRolledBack(f"{one_line(error) if isinstance(error, ray.exceptions.RayError) else error}; "
@@ -94,6 +94,16 @@ class Resizing:
                                   ) from None
         return {"scale/env_workers": len(self.env), "scale/rollout_workers": len(self.rollout),
                 "scale/resize_s": time.perf_counter() - start}
+
+    def _give_weights(self, added: list[int], group: str) -> None:
+        """New samplers ``added`` (ranks of ``self.rollout``) get the trainer's weights; the broadcast group, if
+        formed, is formed anew for the resized set."""
+        if added:
+            source = self.weights.full_weights()
+            get_within([self.rollout.workers[rank].load_weights.remote(source) for rank in added],
+                       self.hang_timeout_s, f"new {group} workers {added}' weights")
+        if self.weights.formed:
+            self.weights.reform(len(added) > 0)
 
     def _next_env_layout(self, env_workers: int) -> tuple[int, int]:
         """``(seed, total envs)`` of the env group at ``env_workers`` workers: a fresh seed stream per resize."""
@@ -126,7 +136,7 @@ class Resizing:
         try:
             if len(self.rollout) > before[1]:
                 self.rollout.resize(before[1])
-            if "rollout" in growths and self.weights.formed:
+            if ("rollout" in growths or self.inline and "env" in growths) and self.weights.formed:
                 self.weights.reform()
             if len(self.env) > before[0]:
                 self.env.resize(before[0])

@@ -102,6 +102,7 @@ class EmbodiedWorkers(Resizing):
     last_env_seconds: list = field(default_factory=list)  # each env worker's ``pop_seconds`` of the last round
     pipeline_stages: int = 1
     grouped: bool = False  # GRPO-style groups span env workers: a round that lost one is dropped whole
+    inline: bool = False  # rollout.inline: the env workers hold the policy; ``rollout`` is the env group itself
     faults: dict = field(default_factory=lambda: dict.fromkeys(FAULT_COUNTERS, 0))
     trajectories_sent: int = 0  # trajectories the last ``sample`` put on the channel (its surviving env workers)
     round_dropped: bool = False  # the last ``sample`` lost an env worker of a grouped run: drop its trajectories
@@ -119,8 +120,17 @@ class EmbodiedWorkers(Resizing):
     weights: WeightSync = field(init=False)  # the actor's weights to the rollout workers
 
     def __post_init__(self):
-        self.weights = WeightSync(self.actor, self.rollout, self._replace_rollout, self.call_rollout,
+        self.weights = WeightSync(self.actor, self.rollout, self._replace_sampler, self.call_rollout,
                                   self.hang_timeout_s, self.update_timeout_s)
+
+    def _replace_sampler(self, rank: int, failed, hung: str | None = None) -> None:
+        """Replace sampler ``rank`` (a rollout worker, or with inline policies an env worker) with the weights."""
+        (self._replace_env if self.inline else self._replace_rollout)(rank, failed, hung)
+
+    def start_serving(self) -> dict:
+        """``serve`` on every rollout worker: rank -> its reference, for ``stop_serving`` ({} with inline
+        policies: nothing serves)."""
+        return {} if self.inline else dict(enumerate(self.rollout.call("serve")))
 
     # Weight sync, by ``weights``: the names the runner, the turns and the benches use.
     def form_weight_broadcast(self) -> None:
@@ -206,7 +216,7 @@ class EmbodiedWorkers(Resizing):
         wait for it until their put deadline), and the run with it."""
         watch = HeartbeatWatch(self.hang_timeout_s)
         probe = None  # a call on the actor: it fails as soon as the actor dies
-        serving = dict(enumerate(self.rollout.call("serve")))
+        serving = self.start_serving()
         env_calls = dict(enumerate(self.env.call(env_method, *arguments)))
         for group, calls in ((self.rollout, serving), (self.env, env_calls)):
             for rank in calls:
@@ -255,7 +265,7 @@ class EmbodiedWorkers(Resizing):
         finally:
             # After a failure (a rank lost for good) only stop: the run is ending
             rollout_replaced |= self.stop_serving(serving, replace=finished)
-        if rollout_replaced and self.weights.formed:
+        if (rollout_replaced or self.inline and lost_env) and self.weights.formed:
             self.weights.reform()
         return [episode for rank in sorted(results) for episode in results[rank]], lost_env
 
@@ -277,8 +287,13 @@ class EmbodiedWorkers(Resizing):
         seed = int(self.env.worker_kwargs["seed"])
         if not self.grouped:  # grouped resets keep the seed: group partners on other workers share states
             seed += REPLACEMENT_SEED_STRIDE * incarnation
+        if self.inline and self.actor is None and self.weights.installed is None:
+            raise WorkerLostError(f"env worker {rank} {cause} and there are no weights to give a replacement")
         self.env.replace(rank, incarnation=incarnation, seed=seed)
         self.steps_seen[rank] = 0
+        if self.inline:  # its inline policy starts from the trainer's weights (the caller forms the group anew)
+            get_within(self.env.workers[rank].load_weights.remote(self.weights.full_weights()),
+                       self.hang_timeout_s, f"env worker {rank}'s weights (a replacement)")
         if self.grouped:  # the replacement continues its groups' sequence of shared initial states
             donor = self.env.workers[(rank + 1) % len(self.env)] if len(self.env) > 1 else None
             if donor is not None:
@@ -300,7 +315,7 @@ class EmbodiedWorkers(Resizing):
                 results.append(get_within(future, 0, what))
             except (ray.exceptions.RayActorError, DeadlineExceeded) as error:
                 hung = str(error) if isinstance(error, DeadlineExceeded) else None
-                self._replace_rollout(rank, error, hung)
+                self._replace_sampler(rank, error, hung)
                 results.append(get_within(getattr(self.rollout.workers[rank], method).remote(*args),
                                           self.hang_timeout_s, what))
         return results
@@ -340,6 +355,8 @@ class EmbodiedWorkers(Resizing):
         ``serving`` (rank -> reference of its ``serve``). One that died meanwhile (also after the round's last env
         worker returned), or does not return within ``fault.hang_timeout_s``, is replaced (``replace``) or left
         out; returns whether one was replaced."""
+        if self.inline:
+            return False
         if not isinstance(serving, dict):
             serving = dict(enumerate(serving))
         self.channel.refresh()  # a replaced rollout worker's old inbox may still be cached
@@ -370,7 +387,7 @@ class EmbodiedWorkers(Resizing):
         return replaced
 
     def shutdown(self) -> None:
-        for group in (self.env, self.rollout, self.actor):
+        for group in (self.env, None if self.inline else self.rollout, self.actor):
             if group is not None:
                 group.kill()
 
@@ -442,7 +459,8 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     task = sim_envs.get_task(config.task)
     channel = Channel.create("embodied", cluster, transport=config.channel_transport)
     actor_ranks = config.actor.world_size if with_actor else 0
-    counts = {"env": config.env.num_workers, "rollout": config.rollout.num_workers, "actor": actor_ranks}
+    rollout_ranks = 0 if config.rollout.inline else config.rollout.num_workers  # inline: the env workers infer
+    counts = {"env": config.env.num_workers, "rollout": rollout_ranks, "actor": actor_ranks}
     cpus = cpus_per_worker(counts, {component: node_ids_for(config, component) for component in counts},
                            cluster.node_cpus(), cluster_share)
     placement = resolve_placement(config)
@@ -453,7 +471,9 @@ def start_workers(config: TrainConfig, cluster: Cluster, with_actor: bool = True
     standby = int(config.autoscale.enabled) if standby_workers is None else standby_workers
     # The rollout and actor processes start (and import torch) while the env workers build their simulators,
     # whose shapes the policy needs (a tiny run on a loaded 2-core machine: 25-27 s of start-up before, 17-21 s after).
-    early = {"rollout": Prestarted(RolloutWorker, config.rollout.num_workers, cpus, node_ids_for(config, "rollout"))}
+    early = {}
+    if rollout_ranks:
+        early["rollout"] = Prestarted(RolloutWorker, rollout_ranks, cpus, node_ids_for(config, "rollout"))
     if with_actor:
         early["actor"] = Prestarted(ActorWorker, actor_ranks, cpus, node_ids_for(config, "actor"))
     try:
@@ -485,10 +505,15 @@ def _start_groups(config: TrainConfig, task, channel: Channel, cpus: float, plac
     policy_spec = dict(name=config.policy.name, action_dim=int(action_shape[0]),
                        hidden_sizes=list(config.policy.hidden_sizes), init_log_std=config.policy.init_log_std,
                        **observation_spec(obs_shape), **policy_size(config), **dict(config.policy.options))
-    rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
-                          start_timeout_s=fault.start_timeout_s, standby=standby, prestarted=early["rollout"],
-                          policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
-                          gpu_slots=gpus("rollout"), node_ids=node_ids_for(config, "rollout"))
+    if config.rollout.inline:  # the env workers answer their own requests: they are the rollout group
+        get_within(env.call("hold_policy", policy_spec), fault.start_timeout_s, "the env workers' inline policies")
+        env.worker_kwargs["policy"] = policy_spec  # replacements and new workers hold it from their start
+        rollout = env
+    else:
+        rollout = WorkerGroup(RolloutWorker, "rollout", config.rollout.num_workers, cpus_per_worker=cpus,
+                              start_timeout_s=fault.start_timeout_s, standby=standby, prestarted=early["rollout"],
+                              policy=policy_spec, channel=channel, cpu_slots=cores("rollout"),
+                              gpu_slots=gpus("rollout"), node_ids=node_ids_for(config, "rollout"))
     actor = None
     if with_actor:
         rendezvous, parallel = sharded_actor_rendezvous(config)
@@ -503,6 +528,7 @@ def _start_groups(config: TrainConfig, task, channel: Channel, cpus: float, plac
                             node_ids=node_ids_for(config, "actor"))
     workers = EmbodiedWorkers(channel, env, rollout, actor, policy_spec, placement,
                               pipeline_stages=config.env.pipeline_stages, grouped=grouped(config),
+                              inline=config.rollout.inline,
                               hang_timeout_s=fault.hang_timeout_s, update_timeout_s=fault.update_timeout_s)
     if with_actor:
         workers.rendezvous = rendezvous  # the sharded actor's store lives as long as its ranks

@@ -1,4 +1,5 @@
-"""Env worker: owns simulator envs, asks rollout workers for actions through a channel, emits trajectories."""
+"""Env worker: owns simulator envs, asks rollout workers for actions through a channel (or, with an inline policy,
+computes them in its own process), emits trajectories."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import ray
 
 import sim_envs
 from embodied_rl.workers.action_chunks import step_decision
-from embodied_rl.workers.messages import (REQUESTS_KEY, TRAJECTORIES_KEY, PolicyRequest, ResendRequest,
-                                          responses_key)
+from embodied_rl.workers.messages import (REQUESTS_KEY, TRAJECTORIES_KEY, PolicyRequest, PolicyResponse,
+                                          ResendRequest, responses_key)
+from embodied_rl.workers.policy_server import PolicyHolder, PolicyServer
 from embodied_rl.workers.trajectory_buffer import TrajectoryBuffer, merge_stages
 from embodied_rl.workers.video_episodes import record_episodes
 from embodied_rl.runtime import Worker
@@ -31,7 +33,7 @@ PUT_TIMEOUT_S = 300.0
 """How long an env worker's trajectory may wait for the actor's channel (runs pass ``fault.hang_timeout_s``)."""
 
 
-class EnvWorker(Worker):
+class EnvWorker(PolicyHolder, Worker):
     """Steps ``envs_per_worker`` envs of ``task``; env i of rank r (global index g = r * k + i) starts from seed
     ``seed + g`` and its later episodes take ``seed + g + j * N`` (N = ``total_envs``): no two envs of the run
     ever share an initial state. Evaluations start from the initial states the driver names (``evaluate``).
@@ -41,6 +43,10 @@ class EnvWorker(Worker):
 
     ``seeded_sampling``: every request carries a seed derived from (seed, rank, stage, request number), so the
     actions of a run depend only on its seed (see ``PolicyRequest.sample_seed``).
+
+    ``policy`` (``rollout.inline``): this worker holds its own inference copy of the policy (a ``PolicyServer`` on
+    its device) and answers its own requests in process, as RLinf's collocated env + rollout does: no channel
+    round trip and no process switch per step. It then takes the rollout workers' weight calls (``PolicyHolder``).
     """
 
     CONCURRENCY_GROUPS = {"heartbeat": 1}  # ``heartbeat`` answers while a round runs
@@ -59,7 +65,7 @@ class EnvWorker(Worker):
                  seed: int = 0, pipeline_stages: int = 1, group_size: int | None = None, total_envs: int = 0,
                  action_chunk: int = 1, incarnation: int = 0, answer_timeout_s: float = ANSWER_TIMEOUT_S,
                  seeded_sampling: bool = False, put_timeout_s: float = PUT_TIMEOUT_S, store_next_obs: bool = False,
-                 **kwargs):
+                 policy: dict | None = None, **kwargs):
         self.started_at = time.time()  # the process runs this constructor (start-up breakdown: ``counters``)
         super().__init__(**kwargs)
         if not 1 <= pipeline_stages <= envs_per_worker:
@@ -79,7 +85,8 @@ class EnvWorker(Worker):
         self.stage_obs = [env.reset() for env in self.stages]
         self.envs_built_at = time.time()
         self.eval_envs: dict[int | None, object] = {}  # evaluation envs by time limit (None: the training envs')
-        self.seconds = {"simulating_s": 0.0, "waiting_for_actions_s": 0.0}  # of the round so far: pop_seconds
+        # of the round so far (pop_seconds); ``inferring_s``: the inline policy's forward passes
+        self.seconds = {"simulating_s": 0.0, "waiting_for_actions_s": 0.0, "inferring_s": 0.0}
         # Grouped resets (GRPO): env g of all ``total_envs`` (g = rank * envs_per_worker + i) belongs to group
         # g // group_size; every episode of a group starts from one shared initial state: its envs share a seed
         # (group_state_ids), and in one stage they start from a copy of the first one's state where the seed does
@@ -102,8 +109,20 @@ class EnvWorker(Worker):
         self.resent = 0  # requests sent again after a rollout worker died
         self.steps_simulated = 0  # training steps (``interact``) of all envs of this worker
         self.first_step_at: float | None = None  # wall-clock time (time.time) of its first simulator step
+        self.server: PolicyServer | None = None  # the inline policy (``hold_policy``)
+        self.inline_answers: list[PolicyResponse | None] = [None] * len(self.stages)
         for stage in range(len(self.stages)):
             self.channel.subscribe(responses_key(self.rank, stage, incarnation))
+        if policy is not None:
+            self.hold_policy(policy)
+
+    def hold_policy(self, policy: dict) -> None:
+        """From now on answer this worker's own requests with an inline copy of ``policy`` (``build_policy``'s
+        keyword arguments; random weights until ``load_weights`` or ``receive_weights``) instead of the rollout
+        workers'. The run learns the policy's shapes from the first env worker, so the first workers get it here
+        and later ones (replacements, resizes) at construction."""
+        self.server = PolicyServer(policy, self.device, self.rank)
+        self.leave()
 
     def counters(self) -> dict:
         """``steps_simulated`` (env steps of training rounds), ``first_step_at`` (time.time of the first),
@@ -149,11 +168,20 @@ class EnvWorker(Worker):
         request = PolicyRequest(self.rank, obs, final_obs, deterministic, want_actions, stage, self.incarnation,
                                 self.sequence, sample_seed)
         self.last_requests[stage] = request
-        self.channel.put(request, REQUESTS_KEY)
+        if self.server is None:
+            self.channel.put(request, REQUESTS_KEY)
+            return
+        start = time.perf_counter()
+        self.inline_answers[stage] = self.server.answer([request])[0]
+        self.seconds["inferring_s"] += time.perf_counter() - start
 
     def _response(self, stage: int):
         """The answer to this stage's latest request. A ``ResendRequest`` (a rollout worker died, maybe holding
-        that request) sends it again; answers to earlier requests (a resent one answered twice) are dropped."""
+        that request) sends it again; answers to earlier requests (a resent one answered twice) are dropped.
+        With an inline policy: the answer ``_request`` computed."""
+        if self.server is not None:
+            answer, self.inline_answers[stage] = self.inline_answers[stage], None
+            return answer
         start = time.perf_counter()
         wanted = self.last_requests[stage]
         self.waiting_on_peer = True
