@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpu-memory", default="80GB", help="memory of each GPU (default 80GB)")
     plan.add_argument("--prompt-tokens", type=int, default=256, help="reasoning tasks: prompt length assumed for "
                       "every sequence (default 256)")
+    plan.add_argument("--profile", action="store_true", help="also profile the components on this machine and "
+                      "say which placement placement.auto would choose, and why")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, as for train")
 
@@ -156,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  "openvla_oft, pi0 (the VLAs tiny, on camera observations)")
     placement_bench.add_argument("--full-loop", action="store_true", help="measure whole training iterations: "
                                  "sampling, PPO update and weight sync (default: sampling only)")
+    placement_bench.add_argument("--auto", action="store_true", help="also measure the placement placement.auto "
+                                 "chooses, against the best preset")
     placement_bench.add_argument("--iterations", type=int, default=10, help="text tasks: RL iterations per run")
     placement_bench.add_argument("--sft-steps", type=int, default=300, help="text tasks: SFT steps of the warm "
                                  "start every run begins from")
@@ -216,7 +220,7 @@ def _plan(args) -> int:
     from embodied_rl.commands.plan import run_plan
 
     return run_plan(args.task, args.config, args.overrides, args.gpus, args.gpu_memory, args.json,
-                    args.prompt_tokens)
+                    args.prompt_tokens, args.profile)
 
 
 def _report(args) -> int:
@@ -282,6 +286,9 @@ def _bench_env(args) -> int:
 def _bench_placement(args) -> int:
     from embodied_rl.commands.train_reasoning import is_text_task
 
+    if args.auto and (is_text_task(args.task) or not args.full_loop):
+        raise ConfigError("--auto needs --full-loop on an embodied task: placement.auto weighs whole iterations "
+                          "(sampling, update, weight sync)")
     if is_text_task(args.task):
         from embodied_rl.bench.text_placement_bench import run_text_placement_bench
 
@@ -289,7 +296,7 @@ def _bench_placement(args) -> int:
     from embodied_rl.bench.placement_bench import run_placement_bench
 
     return run_placement_bench(args.task, args.env_workers, args.envs_per_worker, args.steps, args.repeats,
-                               args.json, args.policies, args.full_loop)
+                               args.json, args.policies, args.full_loop, args.auto)
 
 
 def _bench_render(args) -> int:

@@ -10,7 +10,10 @@ with the same processes (env workers + one rollout worker, + the actor with ``--
 
 Sampling only by default; ``--full-loop`` measures whole training iterations as the trainer runs them: sampling,
 the actor's PPO update on the sampled batch, and the weight sync, in the turns ``PhaseTurns`` gives each phase.
-Each run is labelled with the mode ``Placement`` itself derives from the slots (``derived_modes``).
+Each run is labelled with the mode ``Placement`` itself derives from the slots (``derived_modes``). ``--auto``
+adds the placement ``placement.auto`` chooses (profiled first, on the idle machine) and its rate against the best
+preset's (``auto_over_best_preset``), with the profile's report; a choice equal to a preset (the same slots, stages
+and rollout workers) is that preset's measurement, any other is measured beside them as ``auto``.
 
 All modes are measured alternately in one run on one local cluster. ``time_shares`` says where the time went:
 the share of the wall time the env worker spent simulating and waiting for actions, and the rollout worker spent
@@ -98,8 +101,9 @@ def _derived_mode(name: str, placement) -> str:
     return placement.describe()
 
 
-def _config(task: str, overrides: list[str], components: dict, stages: int, slots: int):
-    config = load_train_config(task, None, [*overrides, f"env.pipeline_stages={stages}", f"placement.slots={slots}"])
+def _config(task: str, overrides: list[str], components: dict, stages: int, slots: int, inline: bool = False):
+    config = load_train_config(task, None, [*overrides, f"env.pipeline_stages={stages}", f"placement.slots={slots}",
+                                            f"rollout.inline={str(inline).lower()}"])
     config.placement.components = components
     validate(config)
     return config
@@ -113,8 +117,20 @@ def _policies(names: str) -> list[str]:
     return chosen
 
 
+def _auto_mode(task: str, overrides: list[str], cluster, slots: int) -> tuple[tuple, str]:
+    """``placement.auto``'s choice for these settings, profiled now (before any mode's workers start): the mode
+    ``(components, stages, slots, inline)`` and its report."""
+    from embodied_rl.runners.auto_placement import choose
+
+    config = load_train_config(task, None, [*overrides, "placement.auto=true", f"placement.slots={slots}"])
+    choice = choose(config, cluster)
+    c = choice.candidate
+    return (c.components, c.pipeline_stages, slots, c.inline), choice.report()
+
+
 def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps: int, repeats: int,
-                        as_json: bool, policies: str = DEFAULT_POLICIES, full_loop: bool = False) -> int:
+                        as_json: bool, policies: str = DEFAULT_POLICIES, full_loop: bool = False,
+                        auto: bool = False) -> int:
     require_at_least_one(env_workers=env_workers, envs_per_worker=envs_per_worker, steps=steps, repeats=repeats)
     if envs_per_worker < 2:
         raise ConfigError("--envs-per-worker must be >= 2: the hybrid mode splits them into 2 pipeline stages")
@@ -124,21 +140,35 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
     base = [f"env.num_workers={env_workers}", f"env.envs_per_worker={envs_per_worker}", "rollout.num_workers=1"]
     if full_loop:  # the update trains on one measurement's samples
         base += [f"rollout.steps_per_iteration={steps}", *FULL_LOOP]
-    modes = placement_modes(os.cpu_count() or 1)
+    presets = placement_modes(os.cpu_count() or 1)
+    modes = {**presets, "auto": None} if auto else presets
     rates: dict = {policy: {mode: [] for mode in modes} for policy in chosen}
     shares: dict = {policy: {mode: [] for mode in modes} for policy in chosen}
     derived: dict = {policy: {} for policy in chosen}
+    reports: dict = {}
+    same: dict = {}  # policy -> the preset auto's choice equals (None: a placement of its own, measured as "auto")
     with Cluster(num_cpus=2) as cluster:
         for policy in chosen:
+            measured = dict(presets)
+            if auto:
+                chosen_mode, reports[policy] = _auto_mode(task, [*base, *POLICIES[policy]], cluster,
+                                                          presets["collocated"][2])
+                # the choice measured as the preset it equals (the same processes on the same slots), else beside
+                same[policy] = next((name for name, preset in presets.items()
+                                     if (*preset, False) == chosen_mode), None)
+                if same[policy] is None:
+                    measured["auto"] = chosen_mode
             # All modes stay alive so they can be measured alternately; each holds a share of the CPU slots.
-            configs = {mode: _config(task, [*base, *POLICIES[policy]], *modes[mode]) for mode in modes}
+            configs = {mode: _config(task, [*base, *POLICIES[policy]], *measured[mode]) for mode in measured}
             if full_loop:
-                loops = {mode: FullLoop(configs[mode], cluster, 1 / len(modes), f"bench-{policy}-{mode}")
-                         for mode in modes}
+                loops = {mode: FullLoop(configs[mode], cluster, 1 / len(configs), f"bench-{policy}-{mode}")
+                         for mode in configs}
             else:
-                loops = {mode: RuntimeLoop(configs[mode], cluster, cluster_share=1 / len(modes)) for mode in modes}
+                loops = {mode: RuntimeLoop(configs[mode], cluster, cluster_share=1 / len(configs)) for mode in configs}
             for mode, loop in loops.items():
-                derived[policy][mode] = _derived_mode(mode, loop.workers.placement)
+                derived[policy][mode] = (_derived_mode(mode, loop.workers.placement) if mode != "auto" else
+                                         f"{loop.workers.placement.describe()}"
+                                         f"{'; inline policies' if loop.workers.inline else ''}")
                 loop.measure(steps if full_loop else 4)
             for _ in range(repeats):
                 for mode, loop in loops.items():
@@ -151,6 +181,7 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
                     "measured": "full training iterations (sampling, PPO update, weight sync)" if full_loop
                     else "sampling only (env + rollout workers)", "policies": {}}
     for policy, by_mode in rates.items():
+        by_mode = {mode: values for mode, values in by_mode.items() if values}  # auto, when it equals a preset
         median = {mode: round(float(np.median(values)), 1) for mode, values in by_mode.items()}
         split = next(mode for mode in modes if mode not in ("collocated", "hybrid_pipelined"))
         best_other = max(median["collocated"], median[split])
@@ -161,8 +192,15 @@ def run_placement_bench(task: str, env_workers: int, envs_per_worker: int, steps
             "hybrid_pipelined_over_best_other": round(median["hybrid_pipelined"] / best_other, 3),
             f"collocated_over_{split}": round(median["collocated"] / median[split], 3),
             "time_shares": {mode: {key: round(float(np.median([row[key] for row in rows])), 3) for key in rows[0]}
-                            for mode, rows in shares[policy].items()},
+                            for mode, rows in shares[policy].items() if rows},
             "derived_modes": derived[policy],
         }
+        if auto:
+            best_preset = max(presets, key=lambda mode: median[mode])
+            auto_rate = median[same[policy] or "auto"]
+            result["policies"][policy].update({
+                "auto_chose": same[policy] or "auto (a placement of its own, measured beside the presets)",
+                "auto_over_best_preset": round(auto_rate / median[best_preset], 3),
+                "best_preset": best_preset, "auto_report": reports[policy]})
     print(json.dumps(result) if as_json else json.dumps(result, indent=2))
     return 0

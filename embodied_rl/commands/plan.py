@@ -141,8 +141,9 @@ def _row(name: str, parts: dict) -> str:
 
 
 def run_plan(task: str | None, config_file: str | None, overrides: list[str], gpus: int, gpu_memory: str,
-             as_json: bool, prompt_tokens: int = 256) -> int:
-    """Plan each stage of the run ``train`` would make (a staged recipe's SFT and RL stages each)."""
+             as_json: bool, prompt_tokens: int = 256, profile: bool = False) -> int:
+    """Plan each stage of the run ``train`` would make (a staged recipe's SFT and RL stages each); ``profile``: also
+    what ``placement.auto`` measures and chooses for each RL stage on this machine."""
     from embodied_rl.commands.train_reasoning import is_text_task
     from embodied_rl.config.stages import load_stages
 
@@ -154,6 +155,9 @@ def run_plan(task: str | None, config_file: str | None, overrides: list[str], gp
 
         if prompt_tokens < 1:
             raise ConfigError(f"--prompt-tokens={prompt_tokens} is not allowed; allowed values: an integer >= 1")
+        if profile:
+            raise ConfigError("--profile: placement.auto chooses placements of embodied tasks; text tasks plan "
+                              "memory only")
         return run_text_plan(task, config_file, overrides, gpus, gpu_gib, as_json, prompt_tokens)
     _, stages = load_stages(task, config_file, overrides)
     plans = []
@@ -166,13 +170,41 @@ def run_plan(task: str | None, config_file: str | None, overrides: list[str], gp
                     placements=placements(actor, rollout, ranks, ranks + plan["rollout_workers"], gpus, gpu_gib,
                                           offloaded=stage.config.actor.backend == "single"))
         plans.append(plan)
+    if profile:
+        _profile_stages(stages, plans)
     if as_json:
         print(json.dumps(plans))
         return 0
     for plan in plans:
         _print(stages[0].config.task, plan, gpu_gib)
+        if plan.get("auto_placement"):
+            print(plan["auto_placement"]["report"])
     print("simulator memory (env.backend=gpu) is not included")
     return 0
+
+
+def _profile_stages(stages, plans: list[dict]) -> None:
+    """``placement.auto``'s profile and choice for each RL stage (``plan["auto_placement"]``), on a local cluster."""
+    from embodied_rl.algorithms.embodied import algorithm_needs
+    from embodied_rl.config.schema import validate_auto_placement
+    from embodied_rl.runners.auto_placement import choose
+    from embodied_rl.runtime import Cluster
+
+    rl = [(stage, plan) for stage, plan in zip(stages, plans)
+          if algorithm_needs(stage.config.algorithm).demonstrations != "only"]
+    for stage, _ in rl:
+        validate_auto_placement(stage.config)
+    if not rl:
+        return
+    with Cluster(num_cpus=rl[0][0].config.cluster.num_cpus) as cluster:
+        for stage, plan in rl:
+            choice = choose(stage.config, cluster)
+            c = choice.candidate
+            plan["auto_placement"] = {
+                "chosen": {"name": c.name, "components": dict(c.components), "pipeline_stages": c.pipeline_stages,
+                           "inline": c.inline},
+                "predicted_iteration_s": {name: round(f["iteration_s"], 4) for name, f in choice.predictions.items()},
+                "report": choice.report()}
 
 
 def _print(task: str, plan: dict, gpu_gib: float) -> None:

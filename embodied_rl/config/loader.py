@@ -96,7 +96,9 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
     ``saved``: ``config_file`` is a run directory's own ``config.yaml`` (``--resume``, ``eval``): keys renamed since
     it was written are translated, not refused.
     """
-    overrides = list(overrides or [])
+    # ``placement=auto``: short for placement.auto=true (placement is a section; this is its one scalar spelling)
+    overrides = ["placement.auto=true" if item.replace(" ", "") == "placement=auto" else item
+                 for item in overrides or []]
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. algorithm.lr=1e-4)")

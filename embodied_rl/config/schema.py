@@ -190,6 +190,13 @@ class PlacementConfig:
     offload: str = "auto"
     """When sampling and training share slots, move the idle side's weights and optimizer state off the device
     between turns: 'auto' (do) or 'never' (keep them resident; the turns are still taken)."""
+    auto: bool = False
+    """Choose ``components``, ``env.pipeline_stages`` and ``rollout.inline`` by measuring: a short profile of the
+    simulator, inference, messages and the update on this machine, then the placement with the shortest predicted
+    iteration (``runners/auto_placement.py``; printed with its reasons). CPU slots and on-policy learners; a
+    ``components`` map given with it wins. ``placement=auto`` on the command line is short for it."""
+    auto_report: Optional[str] = None
+    """Written by ``auto``: what it measured and chose, kept in the run's config."""
     actor_threads: Optional[int] = None
     """The actor's torch intra-op threads on CPU; None: 2 for the on-policy learners (few large minibatches), 1 for
     the off-policy ones (many small steps). Small models' many small ops are best at 1 whenever the cores are shared:
@@ -310,6 +317,8 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
     placement = resolve_placement(c)
     _validate_sharded_actor(c, placement)
     _validate_autoscale(c)
+    if c.placement.auto:
+        validate_auto_placement(c)
     if c.rollout.inline and c.autoscale.enabled:
         raise ConfigError("rollout.inline=true with autoscale.enabled=true: the autoscaler balances env workers "
                           "against rollout workers, and inline runs have none; allowed: one of them")
@@ -325,6 +334,21 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
     _validate_policy(c)
     if purpose == "train":
         _validate_policy_for_algorithm(c)
+
+
+def validate_auto_placement(c: TrainConfig) -> None:
+    """Where ``placement.auto`` cannot choose (its profile and model cover one node's CPU cores and on-policy
+    updates)."""
+    from embodied_rl.algorithms.embodied import algorithm_needs
+
+    preset = "set placement.components (a preset) instead"
+    if slots_are_gpus(c):
+        raise ConfigError(f"placement.auto=true profiles CPU cores, and this run's slots are GPUs; {preset}")
+    if algorithm_needs(c.algorithm).replay:
+        raise ConfigError(f"placement.auto=true models on-policy updates; algorithm.name={c.algorithm.name} is "
+                          f"off-policy; {preset}")
+    if dict(c.placement.nodes):
+        raise ConfigError(f"placement.auto=true chooses cores on one node, and placement.nodes is set; {preset}")
 
 
 def _validate_autoscale(c: TrainConfig) -> None:

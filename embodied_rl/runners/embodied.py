@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import ray
+import yaml
 
 from embodied_rl.algorithms.embodied import algorithm_needs
 from embodied_rl.config.errors import ConfigError
@@ -62,6 +63,30 @@ class EmbodiedRunner:
         self._episodes, self._rounds, self._start_steps = [], 0, 0
         self.summary: dict = {}  # the finished run's summary (summary.json)
 
+    def _choose_placement(self, cluster) -> None:
+        """``placement.auto``: profile, choose, print why, and record the choice (``auto_placement.txt``; and
+        ``config.yaml`` of a single-stage run, which ``--resume`` reads). A ``components`` map given wins; an SFT
+        stage (no sampling rounds to weigh) keeps the default placement."""
+        from embodied_rl.config.schema import validate
+        from embodied_rl.runners.auto_placement import apply_choice, choose
+
+        c = self.config
+        if dict(c.placement.components) or self.supervised:
+            why = (f"placement.components={dict(c.placement.components)} is given and wins"
+                   if dict(c.placement.components) else "an SFT stage has no sampling rounds to weigh")
+            print(f"placement.auto: {why}; not profiling", file=sys.stderr, flush=True)
+            c.placement.auto = False
+            return
+        choice = choose(c, cluster)
+        apply_choice(c, choice)
+        validate(c)
+        print(choice.report(), file=sys.stderr, flush=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.run_dir / "auto_placement.txt", choice.report() + "\n")
+        saved = self.run_dir / "config.yaml"
+        if saved.is_file() and not (yaml.safe_load(saved.read_text()) or {}).get("stages"):
+            write_text_atomic(saved, to_yaml(c))
+
     def steps_per_iteration(self) -> int:
         """Env steps of one sampling round."""
         c = self.config
@@ -82,6 +107,8 @@ class EmbodiedRunner:
         started, ended = time.perf_counter(), "failed"
         sweep_checkpoint_leftovers(self.run_dir, ("checkpoints", BEST_CHECKPOINT_DIR))
         with Cluster(c.cluster.address, c.cluster.num_cpus) as cluster:
+            if c.placement.auto:
+                self._choose_placement(cluster)
             if self.resume is not None:
                 self.iteration = int(self.resume.counters.get("iteration", 0))
                 self.env_steps = int(self.resume.counters.get("env_steps", 0))
@@ -341,7 +368,9 @@ class EmbodiedRunner:
         except ScaleError as error:
             print(f"warning: scale request ignored: {error}", file=sys.stderr, flush=True)
             return {}
-        self.config.env.num_workers, self.config.rollout.num_workers = len(workers.env), len(workers.rollout)
+        self.config.env.num_workers = len(workers.env)
+        if not workers.inline:
+            self.config.rollout.num_workers = len(workers.rollout)
         if (self.run_dir / "config.yaml").is_file():  # --resume reads it: continue at the new sizes
             write_text_atomic(self.run_dir / "config.yaml", to_yaml(self.config))
         metrics["scale/request_to_resized_s"] = max(time.time() - request["requested_at"], 0.0)

@@ -78,11 +78,21 @@ def test_bench_placement_refuses_an_unknown_policy_with_one_line(tmp_path):
 @pytest.mark.heavy  # left out of the default run (CI time): pytest -m heavy
 def test_bench_placement_full_loop_times_updates_and_labels_runs_as_placement_derives_them(tmp_path):
     report = _one_json_line(run_cli("bench", "placement", "--task", "maniskill_pushcube", "--envs-per-worker", "2",
-                                    "--steps", "8", "--repeats", "1", "--policies", "mlp", "--full-loop", "--json",
-                                    cwd=tmp_path))
+                                    "--steps", "8", "--repeats", "1", "--policies", "mlp", "--full-loop", "--auto",
+                                    "--json", cwd=tmp_path))
     assert report["measured"].startswith("full training iterations")
     row = report["policies"]["mlp"]
+    rates = row["env_steps_per_s"]
+    auto_rate = rates[row["auto_chose"] if row["auto_chose"] in rates else "auto"]
+    assert row["auto_over_best_preset"] == pytest.approx(auto_rate / rates[row["best_preset"]], rel=1e-2)
+    assert "chose " in row["auto_report"] and "predicted" in row["auto_report"]
     for mode, shares in row["time_shares"].items():
         assert 0 < shares["update_s"] < shares["iteration_s"]
         assert row["derived_modes"][mode].startswith("placement ")
     assert "2 pipeline stages" in row["derived_modes"]["hybrid_pipelined"]
+
+
+def test_bench_placement_auto_needs_the_full_loop(tmp_path):
+    result = run_cli("bench", "placement", "--task", "maniskill_pushcube", "--auto", cwd=tmp_path)
+    assert result.returncode == 2 and "--auto needs --full-loop on an embodied task" in result.stderr
+    assert "Traceback" not in result.stderr

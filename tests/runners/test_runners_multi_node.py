@@ -69,6 +69,32 @@ SCRIPT = textwrap.dedent("""
             sender_node = ray.get(sender.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
             equal = ray.get(reader.__ray_call__.remote(take, channel))
             routes[transport] = dict(traffic=added, route=route, equal=equal, across=reader_node != sender_node)
+        # a 40 MB trajectory of torch tensors (bf16 actions) across on the collective channel
+        from embodied_rl.workers.messages import Trajectory
+        def trajectory(T=100, b=100, D=1000):
+            steps = lambda dtype: torch.arange(T * b, dtype=dtype).reshape(T, b)
+            return Trajectory(obs=torch.arange(T * b * D, dtype=torch.float32).reshape(T, b, D),
+                              actions=torch.linspace(-1, 1, T * b * 8).reshape(T, b, 8).to(torch.bfloat16),
+                              logp=steps(torch.float32), values=steps(torch.float32), rewards=steps(torch.float32),
+                              terminated=steps(torch.int64) % 7 == 0, truncated=steps(torch.int64) % 5 == 0,
+                              success=steps(torch.int64) % 3 == 0, final_values=steps(torch.float32),
+                              next_value=torch.ones(b), policy_versions=torch.arange(T), env_rank=1)
+        def send_trajectory(self, channel):
+            before = channel.traffic()
+            channel.put(trajectory(), "trajectory", timeout=120)
+            return channel.traffic().get("point_to_point_bytes", 0) - before.get("point_to_point_bytes", 0)
+        def take_trajectory(self, channel):
+            got, want = channel.get("trajectory", timeout=120), trajectory()
+            fields = [k for k, v in vars(want).items() if isinstance(v, torch.Tensor)]
+            return dict(tensors=all(isinstance(getattr(got, k), torch.Tensor) for k in fields),
+                        dtypes={k: str(getattr(got, k).dtype) for k in fields},
+                        equal=all(torch.equal(getattr(got, k), getattr(want, k)) for k in fields),
+                        obs_bytes=got.obs.numel() * got.obs.element_size())
+        channel = Channel.create("trajectory-collective", cluster, transport="collective")
+        ray.get(reader.__ray_call__.remote(lambda self, c: c.subscribe("trajectory"), channel))
+        p2p_bytes = ray.get(sender.__ray_call__.remote(send_trajectory, channel))
+        routes["trajectory"] = dict(ray.get(reader.__ray_call__.remote(take_trajectory, channel)),
+                                    point_to_point_bytes=p2p_bytes)
         workers.shutdown()
     embodied = dict(env_nodes=sorted(env_nodes), learner_nodes=sorted(learner_nodes), version=version,
                     losses=losses, across=across, within=within, traffic=traffic,
@@ -129,8 +155,13 @@ def test_training_across_two_nodes_uses_tcp_across_and_unix_sockets_within(two_n
 @pytest.mark.slow
 def test_tensors_cross_nodes_on_a_gloo_pair_through_collective_and_auto_channels(two_node_report):
     """Env worker (node 1) -> rollout worker (node 0): the frames cross on TCP, the 1.2 MB tensors on the pair's
-    gloo group (under ``auto`` too: above its 1 MiB threshold across nodes), and arrive whole."""
+    gloo group (under ``auto`` too: above its 1 MiB threshold across nodes), and arrive whole; a 40 MB trajectory
+    of torch tensors arrives as tensors of the same dtypes (bf16, bool), equal."""
     routes = two_node_report["embodied"]["routes"]
+    trajectory = routes.pop("trajectory")  # a 40 MB trajectory of torch tensors on the collective channel
+    assert trajectory["tensors"] and trajectory["equal"] and trajectory["obs_bytes"] == 40_000_000
+    assert trajectory["dtypes"]["actions"] == "torch.bfloat16" and trajectory["dtypes"]["success"] == "torch.bool"
+    assert trajectory["point_to_point_bytes"] >= 40_000_000
     assert routes["collective"]["route"] == ["gloo_point_to_point"]
     assert routes["auto"]["route"] == ["tcp+gloo_point_to_point"]
     for route in routes.values():
