@@ -11,7 +11,7 @@ from embodied_rl.runtime.transports import shared_memory
 from embodied_rl.runtime.transports.encoding import Decoder, Encoder
 from embodied_rl.workers.actor_worker import ActorWorker
 from embodied_rl.workers.messages import PolicyResponse
-from embodied_rl.workers.rollout_worker import _policy_input
+from embodied_rl.workers.policy_server import _policy_input
 from embodied_rl.workers.trajectory_buffer import TrajectoryBuffer, merge_stages
 from sim_envs.instructions import with_instruction
 
