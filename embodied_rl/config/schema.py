@@ -324,7 +324,7 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
                           "against rollout workers, and inline runs have none; allowed: one of them")
     _require(c.rollout.max_staleness in (0, 1), "rollout.max_staleness", c.rollout.max_staleness,
              "0 (synchronous) or 1 (sampling overlaps the update)")
-    if c.rollout.max_staleness:
+    if c.rollout.max_staleness and not (c.placement.auto and not dict(c.placement.components)):  # auto: disjoint
         sampling = set(placement.slots["env"]) | set(placement.slots["rollout"])
         if sampling & set(placement.slots["actor"]):
             raise ConfigError(f"rollout.max_staleness={c.rollout.max_staleness} needs sampling and training on "

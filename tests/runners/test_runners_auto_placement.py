@@ -62,6 +62,8 @@ def test_the_choice_follows_the_profile():
 
 def test_auto_placement_refuses_what_it_cannot_weigh():
     assert load_train_config("maniskill_pushcube", None, ["placement=auto"]).placement.auto
+    # overlap needs disjoint slots: auto only weighs those, so the default (shared) placement is not refused first
+    assert load_train_config("maniskill_pushcube", None, ["placement=auto", "rollout.max_staleness=1"]).placement.auto
     with pytest.raises(ConfigError, match="placement.auto=true models on-policy updates; algorithm.name=sac"):
         load_train_config("maniskill_pushcube", None, ["stages=[]", "placement=auto", "algorithm.name=sac"])
 
