@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -137,3 +139,32 @@ def write_run(path: Path, config: dict, stages: list[tuple[str, list[dict], dict
         (stage / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
         (stage / "summary.json").write_text(json.dumps(summary))
     return path
+
+
+def busy_pids(class_name: str, method: str) -> list[int]:
+    """Workers of ``class_name`` whose process title says they are inside ``method``."""
+    return [pid for pid in ray_worker_pids(class_name) if method in " ".join(psutil.Process(pid).cmdline())]
+
+
+def kill_one_while_sampling(class_name: str, rank_pids: list[int], killed: list, timeout_s: float = 120,
+                            signal_number: int = signal.SIGKILL) -> None:
+    """Once an env worker is inside ``interact``, send ``signal_number`` (SIGKILL) to the first of ``rank_pids`` (a
+    ``class_name`` worker)."""
+    start = time.monotonic()
+    while not busy_pids("EnvWorker", "interact") and time.monotonic() - start < timeout_s:
+        time.sleep(0.01)
+    time.sleep(0.5)  # well inside the round
+    os.kill(rank_pids[0], signal_number)
+    killed.append((class_name, rank_pids[0]))
+
+
+def kill_during_sample(workers, class_name: str, pid: int, steps: int) -> list:
+    """``workers.sample(steps)`` while ``kill_one_while_sampling`` SIGKILLs ``pid`` (a ``class_name`` worker) inside
+    the round; the round's episodes."""
+    killed: list = []
+    killer = threading.Thread(target=kill_one_while_sampling, args=(class_name, [pid], killed), daemon=True)
+    killer.start()
+    episodes = workers.sample(steps)
+    killer.join(timeout=5)
+    assert killed == [(class_name, pid)]
+    return episodes

@@ -3,16 +3,11 @@ channel round trip per step) and takes the weight syncs; the same computation as
 same recovery when an env worker dies."""
 
 import json
-import os
-import signal
-import threading
-import time
 
 import numpy as np
-import psutil
 import pytest
 import ray
-from tests_helpers import ray_worker_pids
+from tests_helpers import kill_during_sample
 
 from embodied_rl.config import ConfigError, load_train_config
 from embodied_rl.runners.embodied import EmbodiedRunner
@@ -29,17 +24,6 @@ TINY = ["deterministic=true", "env.num_workers=2", "env.envs_per_worker=2", "env
 def learning_rows(run_dir) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in row.items() if k.split("/")[0] in ("train", "eval")} for row in rows]
-
-
-def kill_while_sampling(pid: int, killed: list, timeout_s: float = 120) -> None:
-    """SIGKILL ``pid`` half a second after an env worker is inside ``interact``."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s and not any(
-            "interact" in " ".join(psutil.Process(p).cmdline()) for p in ray_worker_pids("EnvWorker")):
-        time.sleep(0.01)
-    time.sleep(0.5)
-    os.kill(pid, signal.SIGKILL)
-    killed.append(pid)
 
 
 def test_an_inline_run_learns_exactly_what_a_run_with_rollout_workers_learns(cluster, tmp_path):
@@ -71,12 +55,7 @@ def test_inline_env_workers_are_the_samplers_and_a_killed_one_is_replaced_with_t
         assert len(seconds) == 2 and all(s["inferring_s"] > 0 and s["waiting_for_actions_s"] == 0 for s in seconds)
 
         pid = ray.get(workers.env.workers[0].process_id.remote())
-        killed: list = []
-        killer = threading.Thread(target=kill_while_sampling, args=(pid, killed), daemon=True)
-        killer.start()
-        episodes = workers.sample(200)
-        killer.join(timeout=5)
-        assert killed == [pid]
+        episodes = kill_during_sample(workers, "EnvWorker", pid, 200)
         assert workers.faults["fault/env_workers_replaced"] == 1 and workers.trajectories_sent == 1
         assert len(episodes) == 2 * 4  # the surviving worker's 2 envs, 4 episodes of 50 steps each
         trained, version = ray.get(workers.actor.workers[0].get_weights.remote(False))

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 import ray
-from tests_helpers import ray_worker_pids
+from tests_helpers import kill_during_sample as _kill_during_sample, kill_one_while_sampling, ray_worker_pids
 
 import sim_envs
 from embodied_rl.config import load_train_config
@@ -57,33 +57,6 @@ def gone(pid: int, timeout_s: float = 30) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
-
-
-def busy_pids(class_name: str, method: str) -> list[int]:
-    """Workers of ``class_name`` whose process title says they are inside ``method``."""
-    return [pid for pid in ray_worker_pids(class_name) if method in " ".join(psutil.Process(pid).cmdline())]
-
-
-def kill_one_while_sampling(class_name: str, rank_pids: list[int], killed: list, timeout_s: float = 120,
-                            signal_number: int = signal.SIGKILL) -> None:
-    """Once an env worker is inside ``interact``, send ``signal_number`` (SIGKILL) to the first of ``rank_pids`` (a
-    ``class_name`` worker)."""
-    start = time.monotonic()
-    while not busy_pids("EnvWorker", "interact") and time.monotonic() - start < timeout_s:
-        time.sleep(0.01)
-    time.sleep(0.5)  # well inside the round
-    os.kill(rank_pids[0], signal_number)
-    killed.append((class_name, rank_pids[0]))
-
-
-def _kill_during_sample(workers, class_name: str, pid: int, steps: int) -> list:
-    killed: list = []
-    killer = threading.Thread(target=kill_one_while_sampling, args=(class_name, [pid], killed), daemon=True)
-    killer.start()
-    episodes = workers.sample(steps)
-    killer.join(timeout=5)
-    assert killed == [(class_name, pid)]
-    return episodes
 
 
 def test_a_rollout_worker_killed_while_serving_is_replaced_and_the_round_completes(cluster):
