@@ -10,7 +10,8 @@
    iterations on the same fixed states (``eval.seed``) at the task's limit.
 3. Prints (and writes to ``<out>/comparison.md``) success against env steps and against wall time.
 
-Learner settings are in ``LEARNERS``; command-line ``--set learner.key=value`` changes one.
+Learner settings are in ``LEARNERS`` (a learner's ``policy_options`` go to its policy, the rest to its algorithm);
+command-line ``--set learner.key=value`` changes one.
 """
 
 from __future__ import annotations
@@ -31,13 +32,16 @@ LEARNERS = {
     # PPO on the dense reward with a critic warm-up and a faster critic (its value head starts untrained).
     "ppo": {"name": "ppo", "lr": 3.0e-5, "gamma": 0.8, "gae_lambda": 0.9, "update_epochs": 4,
             "num_minibatches": 8, "target_kl": 0.1, "critic_lr_scale": 30.0, "critic_warmup_updates": 5},
-    # SAC on the dense reward: small temperature (the SFT policy is already narrow), critics warmed up first.
+    # SAC on the dense reward fine-tuning the clone: a residual on the frozen clone (the actor starts as the clone),
+    # a KL term holding it near the clone, the temperature aiming at the clone's own entropy, critics warmed up
+    # first. Without the first three the clone was lost within ~40 actor steps (docs/results.md).
     "sac": {"name": "sac", "lr": 1.0e-4, "critic_lr": 3.0e-4, "gamma": 0.8, "init_alpha": 0.01,
-            "learning_starts": 1600, "critic_warmup_steps": 400, "utd_ratio": 0.25, "batch_size": 256},
-    # RLPD: SAC plus the SFT demonstrations in half of every batch (--set rlpd.bc_weight=1.0 adds TD3+BC's term;
-    # it did not keep the clone on PickCube either: docs/results.md).
+            "learning_starts": 1600, "critic_warmup_steps": 400, "utd_ratio": 0.25, "batch_size": 256,
+            "clone_kl_weight": 0.1, "clone_entropy_target": True, "policy_options": {"residual": True}},
+    # RLPD: the same, with the SFT demonstrations in half of every batch.
     "rlpd": {"name": "rlpd", "lr": 1.0e-4, "critic_lr": 3.0e-4, "gamma": 0.8, "init_alpha": 0.01,
-             "learning_starts": 1600, "critic_warmup_steps": 400, "utd_ratio": 0.25, "batch_size": 256},
+             "learning_starts": 1600, "critic_warmup_steps": 400, "utd_ratio": 0.25, "batch_size": 256,
+             "clone_kl_weight": 0.1, "clone_entropy_target": True, "policy_options": {"residual": True}},
 }
 
 
@@ -90,7 +94,11 @@ def main() -> None:
         learner, _, field = key.partition(".")
         if learner not in settings or not field or not value:
             parser.error(f"--set {item!r}: expected learner.key=value with a learner of {', '.join(LEARNERS)}")
-        settings[learner][field] = OmegaConf.from_dotlist([f"v={value}"]).v
+        parsed = OmegaConf.from_dotlist([f"v={value}"]).v
+        if field.startswith("policy_options."):
+            settings[learner].setdefault("policy_options", {})[field.partition(".")[2]] = parsed
+        else:
+            settings[learner][field] = parsed
 
     sft_stage, rl_stage = recipe_stages(args.task)
     policy = dict(sft_stage.get("policy") or {}, name="mlp_sac")
@@ -108,12 +116,13 @@ def main() -> None:
     results = {"sft": evaluations(sft_dir)[-1]["success"]}
     sft_algorithm = sft_stage["algorithm"]
     for name in learners:
-        algorithm = dict(copy.deepcopy(rl_stage["algorithm"]), **settings[name]) if name == "grpo" \
-            else dict(settings[name])
+        learner = dict(settings[name])
+        learner_policy = dict(policy, options={**policy["options"], **learner.pop("policy_options", {})})
+        algorithm = dict(copy.deepcopy(rl_stage["algorithm"]), **learner) if name == "grpo" else learner
         if name == "rlpd":  # the demonstrations SFT cloned
             algorithm.update({k: sft_algorithm[k] for k in ("demo_episodes", "demo_planner_speed")
                               if k in sft_algorithm})
-        stage = dict(copy.deepcopy(rl_stage), name=name, policy=policy, algorithm=algorithm,
+        stage = dict(copy.deepcopy(rl_stage), name=name, policy=learner_policy, algorithm=algorithm,
                      total_env_steps=args.env_steps, init_from=str(checkpoint), eval=evaluation,
                      checkpoint={"every_iterations": 0})
         run_dir = args.out / name

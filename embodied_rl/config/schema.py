@@ -472,6 +472,10 @@ def _validate_policy_for_algorithm(c: TrainConfig) -> None:
     if q_subsample is not None and q_subsample > num_q:
         raise ConfigError(f"algorithm.q_subsample={q_subsample} is out of range; allowed: at most the policy's "
                           f"critics (policy.options.num_q={num_q})")
+    for key in ("clone_kl_weight", "clone_entropy_target"):
+        if getattr(c.algorithm, key, 0) and not c.policy.options.get("residual", False):
+            raise ConfigError(f"algorithm.{key}={getattr(c.algorithm, key)} needs the residual actor on a frozen "
+                              "clone; allowed: policy.options.residual=true (with init_from an SFT checkpoint)")
 
 
 def slots_are_gpus(config: TrainConfig) -> bool:

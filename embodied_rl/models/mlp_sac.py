@@ -1,7 +1,14 @@
 """Tanh-squashed Gaussian MLP actor with an ensemble of Q critics, for the off-policy learners (SAC, RLPD): the
 architecture of ManiSkill's SAC baseline (ReLU MLPs, state-dependent log std, twin Q), optionally with RLPD's
 layer-normalised critics and a larger ensemble. It also has a state-value head and ``evaluate``, so PPO and GRPO
-train it too: one SFT checkpoint starts every learner."""
+train it too: one SFT checkpoint starts every learner.
+
+With ``residual`` the actor is a frozen clone plus a learned correction (residual RL, as Policy Decorator and ResiP
+fine-tune a cloned policy): the clone's layers keep the weights they were loaded with (an SFT checkpoint of the
+plain actor, ``init_from``), and a residual network, which sees the features and the clone's mean, adds to the
+clone's pre-squash mean and log std. Its output layers start at zero, so the fine-tuned actor starts as exactly
+the clone; ``clone_distribution`` gives the clone's own Gaussian, for a KL term that holds the actor near it
+(``algorithm.clone_kl_weight``)."""
 
 from __future__ import annotations
 
@@ -45,11 +52,13 @@ class SquashedGaussianActorQ(StateFeatures, Policy):
 
     Parameters of the critics are named ``critic*`` (the off-policy learners give them an optimizer of their own).
     ``obs_indices`` / ``obs_mean`` / ``obs_std`` select and normalise state features as the ``mlp`` policy does.
+    ``residual``: the actor layers above are the frozen clone, and ``residual_*`` layers (zero at the start) learn a
+    correction whose mean is multiplied by ``residual_scale`` (< 1 slows the correction's first moves).
     """
 
     def __init__(self, obs_dim: int, action_dim: int, hidden_sizes=(256, 256, 256), init_log_std: float = -0.5,
                  action_chunk: int = 1, obs_indices: list | None = None, num_q: int = 2,
-                 critic_layer_norm: bool = False):
+                 critic_layer_norm: bool = False, residual: bool = False, residual_scale: float = 1.0):
         super().__init__()
         hidden = list(hidden_sizes)
         self.action_dim, self.action_chunk = action_dim, int(action_chunk)
@@ -63,6 +72,19 @@ class SquashedGaussianActorQ(StateFeatures, Policy):
         self.actor_log_std = nn.Linear(hidden[-1], self.decision_dim)
         nn.init.zeros_(self.actor_log_std.weight)
         nn.init.constant_(self.actor_log_std.bias, float(init_log_std))
+        self.residual, self.residual_scale = bool(residual), float(residual_scale)
+        if not self.residual_scale > 0:
+            raise ValueError(f"residual_scale must be > 0, got {residual_scale}")
+        if self.residual:
+            for clone_part in (self.actor_trunk, self.actor_mean, self.actor_log_std):
+                clone_part.requires_grad_(False)
+            self.residual_trunk = relu_mlp([features + self.decision_dim, *hidden])
+            self.residual_trunk.append(nn.ReLU())
+            self.residual_mean = nn.Linear(hidden[-1], self.decision_dim)
+            self.residual_log_std = nn.Linear(hidden[-1], self.decision_dim)
+            for head in (self.residual_mean, self.residual_log_std):
+                nn.init.zeros_(head.weight)
+                nn.init.zeros_(head.bias)
         self.critic_q = nn.ModuleList(relu_mlp([features + self.decision_dim, *hidden, 1], critic_layer_norm)
                                       for _ in range(int(num_q)))
         # A state-value head, so on-policy learners (PPO, GRPO) can start from the same SFT checkpoint as SAC
@@ -73,11 +95,41 @@ class SquashedGaussianActorQ(StateFeatures, Policy):
         return len(self.critic_q)
 
     def distribution(self, obs: torch.Tensor) -> Normal:
-        """The pre-squash Gaussian over ``u`` ``[B, K * A]``."""
-        hidden = self.actor_trunk(self.features(obs))
-        log_std = self.actor_log_std(hidden).clamp(LOG_STD_MIN, LOG_STD_MAX)
-        mean = MEAN_BOUND * torch.tanh(self.actor_mean(hidden) / MEAN_BOUND)
-        return Normal(mean, log_std.exp())
+        """The pre-squash Gaussian over ``u`` ``[B, K * A]`` (with ``residual``: the clone's plus the correction)."""
+        features = self.features(obs)
+        mean, log_std = self._clone_head(features)
+        if self.residual:
+            hidden = self.residual_trunk(torch.cat([features, mean.detach()], dim=-1))
+            mean = mean + self.residual_scale * self.residual_mean(hidden)
+            log_std = log_std + self.residual_log_std(hidden)
+        return _bounded_normal(mean, log_std)
+
+    def clone_distribution(self, obs: torch.Tensor) -> Normal:
+        """The frozen clone's pre-squash Gaussian ``[B, K * A]`` (``residual`` only), without gradients."""
+        if not self.residual:
+            raise ValueError("clone_distribution needs the residual actor (policy.options.residual=true)")
+        with torch.no_grad():
+            return _bounded_normal(*self._clone_head(self.features(obs)))
+
+    def clone_entropy(self, obs: torch.Tensor) -> float:
+        """The clone's entropy on ``obs`` ``[B, D]``: the mean ``-log p`` of its squashed draws (nats per decision)."""
+        clone = self.clone_distribution(obs)
+        with torch.no_grad():
+            u = clone.sample().clamp(-PRE_SQUASH_BOUND, PRE_SQUASH_BOUND)
+            return float(-squashed_log_prob(clone, u).mean())
+
+    def _clone_head(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (plain or clone) actor's unbounded mean and log std ``[B, K * A]``."""
+        hidden = self.actor_trunk(features)
+        return self.actor_mean(hidden), self.actor_log_std(hidden)
+
+    def complete_weights(self, weights: dict) -> dict:
+        """``weights`` with the residual layers this policy has now added where they lack them (an SFT checkpoint of
+        the plain actor loaded into the residual one: the correction starts at zero)."""
+        if not self.residual:
+            return weights
+        own = {name: value for name, value in self.state_dict().items() if name.startswith("residual_")}
+        return {**own, **weights}
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised draw: actions ``[B, K * A]`` in (-1, 1) and their log-probs ``[B]`` (change of variables
@@ -118,6 +170,11 @@ class SquashedGaussianActorQ(StateFeatures, Policy):
         """Behaviour cloning: mean squared error between the squashed mean ``tanh(mean)`` and ``target_actions``
         ``[B, A]`` (or ``[B, K, A]``)."""
         return nn.functional.mse_loss(torch.tanh(self.distribution(obs).mean), target_actions.reshape(len(obs), -1))
+
+
+def _bounded_normal(mean: torch.Tensor, log_std: torch.Tensor) -> Normal:
+    """The Gaussian of an unbounded mean (kept within +-``MEAN_BOUND`` smoothly) and log std (clamped)."""
+    return Normal(MEAN_BOUND * torch.tanh(mean / MEAN_BOUND), log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
 
 
 def squashed_log_prob(dist: Normal, u: torch.Tensor) -> torch.Tensor:

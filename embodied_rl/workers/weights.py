@@ -42,7 +42,10 @@ def load_host_weights(policy: torch.nn.Module, weights: dict) -> None:
     """Copy ``{name: tensor or array}`` into ``policy``'s tensors, wherever they live (device or host), each cast to
     the dtype the policy keeps it in (fp32 master weights receive bf16 values and the other way round). ``weights``
     holds every entry of the state dict, or at least every ``trained_names`` entry (a sync that leaves out frozen
-    weights)."""
+    weights); a policy with ``complete_weights`` first fills in what it adds to such weights (a residual actor
+    loading the plain actor it fine-tunes)."""
+    if hasattr(policy, "complete_weights"):
+        weights = policy.complete_weights(weights)
     expected = set(policy.state_dict())
     unknown = set(weights) - expected
     missing = expected - set(weights)

@@ -40,6 +40,8 @@ def test_user_yaml_file_is_merged(tmp_path):
      "algorithm.q_subsample=3 is out of range; allowed: at most the policy's critics (policy.options.num_q=2)"),
     (["algorithm.name=sac", "policy.name=mlp_sac", "algorithm.buffer_size=10"],
      "algorithm.buffer_size=10 is out of range; allowed: an integer >= batch_size (256)"),
+    (["algorithm.name=sac", "policy.name=mlp_sac", "algorithm.clone_kl_weight=0.5"],
+     "algorithm.clone_kl_weight=0.5 needs the residual actor on a frozen clone; allowed: policy.options.residual=true"),
     (["algorithm.name=sac", "policy.name=mlp_sac", "algorithm.bootstrap_at=never"],
      "algorithm.bootstrap_at='never' is out of range; allowed: truncation, always"),
     (["algorithm.name=sft", "policy.name=cnn", "env.obs_mode=rgb", "algorithm.update_epochs=2"],

@@ -65,6 +65,16 @@ class SACConfig(OptimizerConfig):
     q_subsample: Optional[int] = None
     """The TD target takes the min over this many critics drawn at random (RLPD: 2 of an ensemble of 10); None:
     over all of them (SAC's twin-Q min)."""
+    clone_kl_weight: float = 0.0
+    """Fine-tuning a clone (needs the residual actor, ``policy.options.residual=true``): > 0 makes the actor loss
+    SAC's divided by the batch's mean ``|Q|`` (TD3+BC's scale, so the weight means the same whatever the rewards'
+    size) plus this weight times ``KL(pi(.|s) || clone(.|s))`` (nats per decision, exact: both are Gaussians before
+    the same tanh), averaged over the batch's states: a trust region around the clone, where the critic's
+    consistent action gradient otherwise moves a clone of small precise moves away within ~40 actor steps."""
+    clone_entropy_target: bool = False
+    """The temperature aims at the clone's own entropy (``-log pi`` of the clone's draws on the first actor batch,
+    kept from then on; needs the residual actor) instead of ``target_entropy``: a clone of narrow moves sits far
+    under SAC's ``-dimensions`` rule, which would otherwise keep raising the temperature."""
 
     def problems(self) -> Iterator[Problem]:
         yield from super().problems()
@@ -92,6 +102,8 @@ class SACConfig(OptimizerConfig):
             yield "bootstrap_at", self.bootstrap_at, ", ".join(BOOTSTRAP_AT)
         if self.q_subsample is not None and self.q_subsample < 1:
             yield "q_subsample", self.q_subsample, "null or an integer >= 1"
+        if not self.clone_kl_weight >= 0:
+            yield "clone_kl_weight", self.clone_kl_weight, ">= 0"
 
 
 @dataclass
@@ -146,6 +158,11 @@ def actor_loss_with_bc(q_pi: torch.Tensor, logp: torch.Tensor, alpha: float, bc_
     return actor_loss(q_pi, logp, alpha) / q_pi.detach().abs().mean().clamp_min(1e-6) + bc_weight * bc_error
 
 
+def clone_kl(policy_dist: torch.distributions.Normal, clone_dist: torch.distributions.Normal) -> torch.Tensor:
+    """``KL(policy || clone)`` per state ``[n]``: two diagonal Gaussians over ``u`` ``[n, M]``, summed over M."""
+    return torch.distributions.kl_divergence(policy_dist, clone_dist).sum(-1)
+
+
 def temperature_loss(log_alpha: torch.Tensor, logp: torch.Tensor, target_entropy: float) -> torch.Tensor:
     """``mean(-alpha * (log pi + target_entropy))``: the temperature rises while the entropy ``-log pi`` is under
     the target and falls while above it; logp ``[n]`` (no gradient to the actor)."""
@@ -197,6 +214,10 @@ class SAC(Algorithm):
         self.log_alpha = torch.tensor(float(c.init_alpha), device=device).log().requires_grad_(c.autotune_alpha)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=c.lr)
         self.target_entropy = (-float(policy.decision_dim) if c.target_entropy is None else float(c.target_entropy))
+        self.clone_entropy: float | None = None  # measured at the first actor step with clone_entropy_target
+        if (c.clone_kl_weight > 0 or c.clone_entropy_target) and not getattr(policy, "residual", False):
+            raise ValueError("algorithm.clone_kl_weight and clone_entropy_target need the residual actor "
+                             "(policy.options.residual=true)")
 
     def reset_targets(self) -> None:
         """Target critics equal to the critics (after weights were loaded into the policy)."""
@@ -293,6 +314,13 @@ class SAC(Algorithm):
             # larger than a pair; with two critics this is their min, as in SAC.
             q_pi = q_pi.min(dim=0).values if len(q_pi) <= 2 else q_pi.mean(dim=0)
             pi_loss = self.actor_objective(batch, q_pi, logp, alpha, metrics)
+            if c.clone_kl_weight > 0:
+                kl = clone_kl(policy.distribution(batch["obs"]), policy.clone_distribution(batch["obs"])).mean()
+                pi_loss = pi_loss / q_pi.detach().abs().mean().clamp_min(1e-6) + c.clone_kl_weight * kl
+                metrics["clone_kl"] = kl.item()
+            if c.clone_entropy_target and self.clone_entropy is None:
+                self.clone_entropy = policy.clone_entropy(batch["obs"])
+                self.target_entropy = self.clone_entropy
             self.actor_optimizer.zero_grad(set_to_none=True)
             pi_loss.backward()
             torch.nn.utils.clip_grad_norm_(self.actor_optimizer.param_groups[0]["params"], c.max_grad_norm)
@@ -301,6 +329,7 @@ class SAC(Algorithm):
             metrics.update(actor_loss=pi_loss.item(), entropy=-logp.mean().item())
             if c.autotune_alpha:
                 a_loss = temperature_loss(self.log_alpha, logp, self.target_entropy)
+                metrics["target_entropy"] = self.target_entropy
                 self.alpha_optimizer.zero_grad(set_to_none=True)
                 a_loss.backward()
                 self.alpha_optimizer.step()
@@ -319,7 +348,8 @@ class SAC(Algorithm):
                 "replay": self.replay.state_dict(), "target_critics": self.target_critics.state_dict(),
                 "actor_optimizer": self.actor_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(),
-                "log_alpha": self.log_alpha.detach().cpu(), "alpha_optimizer": self.alpha_optimizer.state_dict()}
+                "log_alpha": self.log_alpha.detach().cpu(), "alpha_optimizer": self.alpha_optimizer.state_dict(),
+                "clone_entropy": self.clone_entropy}
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
@@ -334,6 +364,9 @@ class SAC(Algorithm):
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"].to(self.device))
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.clone_entropy = state.get("clone_entropy")
+        if self.clone_entropy is not None:
+            self.target_entropy = self.clone_entropy
 
 
 @ALGORITHMS.register("rlpd")
