@@ -59,6 +59,14 @@ class GroupConfig(UpdateConfig):
     the algorithm's: on for dapo)."""
     max_sampling_rounds: int = 4
     """At most this many sampling rounds per update while filling the batch with informative groups."""
+    groups_per_update: Optional[int] = None
+    """Build each update from at least this many kept groups (the informative ones with ``dynamic_sampling``,
+    every group without it), accumulated over sampling rounds: rounds are sampled until that many are kept, and
+    the update trains on all of them (the last round may add more than the count). The rounds are bounded by
+    ``max_sampling_rounds``: when that many have been sampled, the update trains on the groups kept so far, fewer
+    than asked (``train/groups_trained`` says how many; with none kept it takes no gradient step). Scores are made
+    advantages within each round (groups are alike; ``reinforce_pp``'s batch statistics are one round's). None:
+    one round's worth of groups (the kept groups up to one round's count, refilled from later rounds)."""
     gfpo_keep: Optional[int] = None
     """GFPO: keep the ``gfpo_keep`` episodes of each group with the fewest trained steps (the quickest successes;
     default half the group)."""
@@ -100,6 +108,9 @@ class GroupConfig(UpdateConfig):
             yield "clip_high", self.clip_high, "> 0"
         if self.max_sampling_rounds < 1:
             yield "max_sampling_rounds", self.max_sampling_rounds, "an integer >= 1"
+        if self.groups_per_update is not None and (isinstance(self.groups_per_update, bool) or not isinstance(
+                self.groups_per_update, int) or self.groups_per_update < 1):
+            yield "groups_per_update", self.groups_per_update, "null (one sampling round's worth) or an integer >= 1"
         if self.gfpo_keep is not None and not 1 <= self.gfpo_keep <= self.group_size:
             yield "gfpo_keep", self.gfpo_keep, f"1 to group_size ({self.group_size})"
         if self.score == "return_to_go" and (FAMILY[self.name].keep_shortest or FAMILY[self.name].advantages
@@ -241,15 +252,23 @@ class GroupRelative(Algorithm):
                    "train/success_once": success.any(dim=1).float().mean().item(), **family_metrics}
         return kept, metrics
 
+    def wanted_groups(self, selected: list[dict]) -> int:
+        """Kept groups an update asks for: ``groups_per_update``, else the groups of one sampling round."""
+        return self.config.groups_per_update or selected[0]["groups_sampled"]
+
     def enough(self, selected: list[dict], rounds: int) -> bool:
+        """Whether the kept groups of the ``rounds`` sampling rounds so far (``selected``, one ``select`` result
+        each) fill an update: ``wanted_groups`` of them, or ``max_sampling_rounds`` rounds sampled."""
         kept_groups = sum(len(s["scores"]) for s in selected) // self.config.group_size
-        return kept_groups >= selected[0]["groups_sampled"] or rounds >= self.config.max_sampling_rounds
+        return kept_groups >= self.wanted_groups(selected) or rounds >= self.config.max_sampling_rounds
 
     def prepare(self, selected: list[dict]) -> tuple[dict, dict]:
-        """Kept episodes (at most one sampling round's worth of groups) -> flat trained steps with the episode's
-        advantage (times the aggregation weight of ``loss_agg``) and the episode's index."""
+        """Kept episodes of the sampling rounds ``selected`` (in order; without ``groups_per_update`` at most one
+        round's worth of groups, with it all of them) -> flat trained steps ``[N, ...]`` with the episode's
+        advantage (times the aggregation weight of ``loss_agg``, taken over all the update's episodes) and the
+        episode's index ``[N]``."""
         c = self.config
-        limit = selected[0]["groups_sampled"] * c.group_size
+        limit = None if c.groups_per_update else selected[0]["groups_sampled"] * c.group_size
         cat = lambda key: select_rows(concat_rows([s[key] for s in selected]), slice(0, limit))  # noqa: E731
         scores, valid, advantages = cat("scores"), cat("valid"), cat("advantages")
         # w >= 0 scales the clipped loss of its step: w max(-r A, -clip(r) A)
