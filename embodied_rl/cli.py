@@ -356,9 +356,20 @@ def dispatch(args) -> int:
     return HANDLERS[name](args)
 
 
+def parse_arguments(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parse_args``, except that ``key=value`` overrides may also follow the options (argparse alone takes the
+    positional overrides only in one run: ``eval --checkpoint C --video a=1`` would be refused)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and all("=" in item and not item.startswith("-") for item in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "1")
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(build_parser(), argv)
     if argv is None and args.command == "train":
         from embodied_rl.runtime.driver_session import needs_own_session, run_driver_in_own_session
 

@@ -33,17 +33,19 @@ class TaskEntry:
     env_id: str | None = None
     builtin: bool = False  # shipped with sim_envs (the trainer then requires a recipe for it)
     instruction: str | None = None  # language instruction added to dict (camera) observations, see instructions.py
+    ood_instruction: str | None = None  # a held-out paraphrase of it (the ``semantic`` out-of-distribution split)
 
 
 _TASKS: dict[str, TaskEntry] = {}
 
 
 def register_task(name: str, description: str = "", simulator: str = "", env_id: str | None = None,
-                  builtin: bool = False, instruction: str | None = None):
+                  builtin: bool = False, instruction: str | None = None, ood_instruction: str | None = None):
     """Decorator registering ``factory(num_envs, **overrides) -> VectorEnv`` under ``name``.
 
     ``instruction``: the task in words; ``make`` adds it to dict observations as ``obs["instruction"]``, a numpy
-    unicode array ``[N]`` (sim_envs/instructions.py), for policies that read language.
+    unicode array ``[N]`` (sim_envs/instructions.py), for policies that read language; ``ood_instruction``: a
+    paraphrase never trained on, used instead under ``ood_split='semantic'``.
 
     Training a task you register yourself starts from the schema defaults (``embodied_rl/config/schema.py``),
     then your ``--config`` file and ``key=value`` overrides: only built-in tasks (``builtin=True``, the ones in
@@ -53,7 +55,8 @@ def register_task(name: str, description: str = "", simulator: str = "", env_id:
     def decorate(factory):
         if name in _TASKS:
             raise ValueError(f"task {name!r} is already registered")
-        _TASKS[name] = TaskEntry(name, factory, description, simulator, env_id, builtin, instruction)
+        _TASKS[name] = TaskEntry(name, factory, description, simulator, env_id, builtin, instruction,
+                                  ood_instruction)
         return factory
 
     return decorate
@@ -79,6 +82,7 @@ def make(task: str | TaskEntry, num_envs: int = 1, **overrides) -> VectorEnv:
     if not isinstance(num_envs, int) or num_envs < 1:
         raise TaskConfigError(f"num_envs must be a positive integer, got {num_envs!r}")
     entry = task if isinstance(task, TaskEntry) else get_task(task)
-    instruction = overrides.pop("instruction", entry.instruction)
+    held_out = overrides.get("ood_split") == "semantic" and entry.ood_instruction
+    instruction = overrides.pop("instruction", entry.ood_instruction if held_out else entry.instruction)
     env = entry.factory(num_envs, **overrides)
     return env if instruction is None else InstructedEnv(env, instruction)

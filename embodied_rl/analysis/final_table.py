@@ -34,8 +34,15 @@ def run_row(run: Run, score_key: str = SUCCESS_KEY) -> dict:
         "eval_episodes": final.get("eval/episodes"), "eval_state_seed": final.get("eval/state_seed"),
         "best_success": max(run.curve(score_key)[1], default=None),
         "env_steps": run.env_steps, "wall_s": run.wall_s, "env_steps_per_s": steps_per_s,
-        "time_limit": _time_limit(run),
+        "time_limit": _time_limit(run), "split": final.get("eval/split"), "ood": ood_success(final),
     }
+
+
+def ood_success(evaluation: dict) -> dict:
+    """``{split: success_once}`` of the out-of-distribution splits an evaluation row ran beside its own
+    (``eval.ood_splits``: keys ``eval_<split>/success_once``), in the row's order."""
+    return {key[len("eval_"):-len("/success_once")]: value for key, value in evaluation.items()
+            if key.startswith("eval_") and key.endswith("/success_once") and not key.startswith("eval_sampled/")}
 
 
 def _time_limit(run: Run):

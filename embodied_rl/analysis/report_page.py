@@ -62,9 +62,16 @@ def _runs_table(run_rows: list[dict], labels: list[str]) -> str:
     rows = [[_setting_cell(row["setting"], labels.index(row["setting"])), html.escape(row["run"]),
              _number(row["seed"]), _number(row["success"]), _number(row["success_at_end"]), _number(row["return"], 2),
              _number(row["best_success"]), _number(row["env_steps"], 0), _number(row["wall_s"], 0),
-             _number(row["env_steps_per_s"], 1)] for row in run_rows]
+             _number(row["env_steps_per_s"], 1), _splits_cell(row)] for row in run_rows]
     return _table(["setting", "run", "seed", "success", "success at end", "return", "best success", "env steps",
-                   "wall time (s)", "env steps/s"], rows, left=2)
+                   "wall time (s)", "env steps/s", "evaluated on / out of distribution"], rows, left=2)
+
+
+def _splits_cell(row: dict) -> str:
+    """Where the success was measured (a split, or in distribution) and each OOD split's success beside it."""
+    where = f"{row.get('split')} split" if row.get("split") else "in distribution"
+    ood = ", ".join(f"{split} {_number(value)}" for split, value in (row.get("ood") or {}).items())
+    return html.escape(f"{where}; {ood}" if ood else where)
 
 
 def _differences_table(differences: dict[str, list], run_names: list[str]) -> str:

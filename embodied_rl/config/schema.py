@@ -34,7 +34,8 @@ class EnvConfig:
     control_mode: str = "pd_joint_delta_pos"
     """Robot controller."""
     reward_mode: str = "normalized_dense"
-    """ManiSkill reward: normalized_dense, dense, sparse."""
+    """ManiSkill reward: normalized_dense, dense, sparse, or rlinf (RLinf's per-step differences of 0.1 grasped +
+    0.1 held + 1.0 success: sim_envs/maniskill/rewards.py)."""
     max_episode_steps: Optional[int] = None
     """Time limit; None keeps the task's own."""
     ignore_terminations: bool = False
@@ -129,6 +130,14 @@ class EvalConfig:
     """With video_episodes: also film every this many evaluations (0: only the final one)."""
     stop_at_success: Optional[float] = None
     """End the run (with a checkpoint) at the first evaluation whose success_once reaches this; None: never."""
+    split: Optional[str] = None
+    """Evaluate out of distribution (ManiSkill tasks): 'vision' (lighting, object colours, camera pose), 'semantic'
+    (object size, a held-out instruction) or 'execution' (perturbed initial object and arm, a push mid-episode),
+    each drawn from the state's seed on the same fixed states (sim_envs/maniskill/ood_splits.py); None: in
+    distribution. Metrics stay ``eval/...``, with ``eval/split`` naming it."""
+    ood_splits: list = field(default_factory=list)
+    """Splits also evaluated at every evaluation, beside ``split``, on the same states: metrics
+    ``eval_<split>/...`` (e.g. ``eval_execution/success_once``); costs one more evaluation each."""
 
 
 @dataclass
@@ -272,8 +281,8 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
     _require(c.env.obs_mode in ("state", "rgb"), "env.obs_mode", c.env.obs_mode, "state, rgb")
     _require(c.env.image_size >= 16, "env.image_size", c.env.image_size, "an integer >= 16 (pixels)")
     _require(c.env.backend in ("auto", "cpu", "gpu"), "env.backend", c.env.backend, "auto, cpu, gpu")
-    _require(c.env.reward_mode in ("normalized_dense", "dense", "sparse"), "env.reward_mode", c.env.reward_mode,
-             "normalized_dense, dense, sparse")
+    _require(c.env.reward_mode in ("normalized_dense", "dense", "sparse", "rlinf"), "env.reward_mode",
+             c.env.reward_mode, "normalized_dense, dense, sparse, rlinf")
     _require(c.env.reconfiguration_freq >= 0, "env.reconfiguration_freq", c.env.reconfiguration_freq, ">= 0")
     _require(c.env.max_episode_steps is None or c.env.max_episode_steps >= 1, "env.max_episode_steps",
              c.env.max_episode_steps, "null or an integer >= 1")
@@ -289,6 +298,7 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
              "policy.hidden_sizes", list(c.policy.hidden_sizes), "a non-empty list of positive integers")
     if purpose == "train":
         _validate_algorithm(c)
+    _validate_ood_splits(c)
     _require(c.eval.max_episode_steps is None or c.eval.max_episode_steps >= 1, "eval.max_episode_steps",
              c.eval.max_episode_steps, "null or an integer >= 1")
     _require(c.eval.seed >= 0, "eval.seed", c.eval.seed, "an integer >= 0")
@@ -334,6 +344,24 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
     _validate_policy(c)
     if purpose == "train":
         _validate_policy_for_algorithm(c)
+
+
+def _validate_ood_splits(c: TrainConfig) -> None:
+    """``eval.split`` and ``eval.ood_splits``: splits the task's simulator has (ManiSkill's: ood_splits.py)."""
+    import sim_envs
+    from sim_envs.maniskill.ood_splits import SPLITS, TASK_OBJECTS
+
+    _require(isinstance(c.eval.ood_splits, (list, tuple)), "eval.ood_splits", c.eval.ood_splits,
+             f"a list of splits ({', '.join(SPLITS)})")
+    for key, split in [("eval.split", c.eval.split), *(("eval.ood_splits", s) for s in c.eval.ood_splits)]:
+        if split is None:
+            continue
+        _require(split in SPLITS, key, split, f"null or one of {', '.join(SPLITS)}" if key == "eval.split"
+                 else f"a list of {', '.join(SPLITS)}")
+        entry = sim_envs.get_task(c.task) if c.task in sim_envs.list_tasks() else None
+        _require(entry is not None and entry.simulator == "maniskill" and entry.env_id in TASK_OBJECTS, key, split,
+                 f"only for the ManiSkill tasks with OOD splits ({', '.join(TASK_OBJECTS)}); task {c.task!r} has "
+                 "none")
 
 
 def validate_auto_placement(c: TrainConfig) -> None:

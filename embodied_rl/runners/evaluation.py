@@ -27,15 +27,21 @@ def episode_metrics(episodes: list[dict], prefix: str) -> dict:
 
 def evaluate_policy(workers, e: EvalConfig) -> dict:
     """``eval/...`` metrics of one episode from every state of the evaluation set (deterministic actions unless
-    ``e.greedy`` is False), plus ``eval_sampled/...`` on the same states when ``e.sampled`` asks for it.
-    ``eval/state_seed`` names the set; ``eval/max_episode_steps`` is the limit it ran at (None: the envs' own).
+    ``e.greedy`` is False; on the out-of-distribution split ``e.split``, if any), plus ``eval_sampled/...`` on the
+    same states when ``e.sampled`` asks for it, and ``eval_<split>/...`` for each of ``e.ood_splits``.
+    ``eval/state_seed`` names the set; ``eval/max_episode_steps`` is the limit it ran at (None: the envs' own);
+    ``eval/split`` the split (absent in distribution).
 
     ``workers``: an ``EmbodiedWorkers`` whose rollout workers hold the policy to evaluate."""
     states = evaluation_states(e)
-    out = episode_metrics(workers.evaluate(states, e.greedy, e.max_episode_steps), "eval")
+    out = episode_metrics(workers.evaluate(states, e.greedy, e.max_episode_steps, e.split), "eval")
     out.update({"eval/greedy": e.greedy, "eval/state_seed": e.seed})
     if e.max_episode_steps is not None:
         out["eval/max_episode_steps"] = e.max_episode_steps
+    if e.split is not None:
+        out["eval/split"] = e.split
     if e.sampled and e.greedy:
-        out.update(episode_metrics(workers.evaluate(states, False, e.max_episode_steps), SAMPLED_PREFIX))
+        out.update(episode_metrics(workers.evaluate(states, False, e.max_episode_steps, e.split), SAMPLED_PREFIX))
+    for split in e.ood_splits:
+        out.update(episode_metrics(workers.evaluate(states, e.greedy, e.max_episode_steps, split), f"eval_{split}"))
     return out

@@ -199,11 +199,13 @@ class EmbodiedWorkers(Resizing):
         self.last_env_seconds = seconds
 
     def evaluate(self, state_ids: list[int], deterministic: bool = True,
-                 max_episode_steps: int | None = None) -> list[dict]:
+                 max_episode_steps: int | None = None, split: str | None = None) -> list[dict]:
         """One full-length episode from each initial state of ``state_ids`` (split over the env workers) with
         deterministic (or sampled) actions, ordered by state; the states of an env worker that dies meanwhile are
-        missing. ``max_episode_steps``: the episodes' time limit (None: the training envs')."""
-        episodes = self._served("evaluate", list(state_ids), len(self.env), deterministic, max_episode_steps)[0]
+        missing. ``max_episode_steps``: the episodes' time limit (None: the training envs'); ``split``: an
+        out-of-distribution split of the task (None: in distribution)."""
+        episodes = self._served("evaluate", list(state_ids), len(self.env), deterministic, max_episode_steps,
+                                split)[0]
         return sorted(episodes, key=lambda e: e["state_id"])
 
     def _served(self, env_method: str, *arguments) -> tuple[list[dict], list[int]]:

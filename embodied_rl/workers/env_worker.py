@@ -84,7 +84,8 @@ class EnvWorker(PolicyHolder, Worker):
                        for n, o in zip(sizes, offsets)]
         self.stage_obs = [env.reset() for env in self.stages]
         self.envs_built_at = time.time()
-        self.eval_envs: dict[int | None, object] = {}  # evaluation envs by time limit (None: the training envs')
+        # evaluation envs by (time limit, out-of-distribution split); None: the training envs' limit, no split
+        self.eval_envs: dict[tuple[int | None, str | None], object] = {}
         # of the round so far (pop_seconds); ``inferring_s``: the inline policy's forward passes
         self.seconds = {"simulating_s": 0.0, "waiting_for_actions_s": 0.0, "inferring_s": 0.0}
         # Grouped resets (GRPO): env g of all ``total_envs`` (g = rank * envs_per_worker + i) belongs to group
@@ -323,15 +324,16 @@ class EnvWorker(PolicyHolder, Worker):
         return episodes
 
     def evaluate(self, state_ids: list[int], num_workers: int = 1, deterministic: bool = True,
-                 max_episode_steps: int | None = None) -> list[dict]:
+                 max_episode_steps: int | None = None, split: str | None = None) -> list[dict]:
         """One episode from each initial state of this worker's share of ``state_ids`` (every ``num_workers``-th,
         from its rank on), run to the time limit (``max_episode_steps``; None: the training envs' limit) with
         deterministic (or sampled) actions. Each result carries its ``state_id``: the set of states, and so a
-        deterministic evaluation's result, does not depend on how many workers or envs share it.
+        deterministic evaluation's result, does not depend on how many workers or envs share it. ``split``: an
+        out-of-distribution split of the task (``ood_split``; None: in distribution).
 
         The envs take the states ``envs_per_worker`` at a time; in a last, partial batch the spare envs repeat a
         state and are not counted."""
-        env = self._eval_env(max_episode_steps)
+        env = self._eval_env(max_episode_steps, split)
         self.channel.refresh()  # rollout workers may have joined or left since the last round
         mine = [int(i) for i in state_ids[self.rank::num_workers]]
         finished: list[dict] = []
@@ -349,14 +351,16 @@ class EnvWorker(PolicyHolder, Worker):
             finished.extend(results[i] for i in range(len(ids)))
         return finished
 
-    def _eval_env(self, max_episode_steps: int | None):
-        if max_episode_steps not in self.eval_envs:
+    def _eval_env(self, max_episode_steps: int | None, split: str | None = None):
+        key = (max_episode_steps, split)
+        if key not in self.eval_envs:
             options = dict(self.env_options, ignore_terminations=True)
             if max_episode_steps is not None:
                 options["max_episode_steps"] = max_episode_steps
-            self.eval_envs[max_episode_steps] = sim_envs.make(self.task, self.num_envs, processes=False, seed=0,
-                                                              **options)
-        return self.eval_envs[max_episode_steps]
+            if split is not None:
+                options["ood_split"] = split
+            self.eval_envs[key] = sim_envs.make(self.task, self.num_envs, processes=False, seed=0, **options)
+        return self.eval_envs[key]
 
     def record_video(self, num_episodes: int, size: int = 128) -> dict:
         """Film ``num_episodes`` deterministic full-length episodes on a separate env that renders ``size`` px

@@ -38,6 +38,9 @@ class ManiSkillOptions:
     renderer (state envs are then built with ``render_backend='none'``). Costs on CPU: sim_envs/maniskill/rendering.py."""
     seed: int = 0
     """Seed of the first episode of env 0; env i starts from seed + i."""
+    ood_split: str | None = None
+    """An out-of-distribution split applied to every episode: 'vision', 'semantic' or 'execution'
+    (sim_envs/maniskill/ood_splits.py; evaluations take it from ``eval.split``); None: the task as it is."""
     seed_stride: int = 0
     """In-process CPU envs: env i's later episodes take seeds seed + i + k * seed_stride (0: num_envs). Env
     workers set it to the run's total env count, so that the seed streams of different workers never meet."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim_envs.maniskill.ood_splits import OodSplit
 from sim_envs.maniskill.options import ManiSkillOptions, check_assets, quiet_maniskill, translate_simulator_error
 from sim_envs.maniskill.rendering import render_frames, with_render_camera
 
@@ -63,18 +64,34 @@ class SingleCpuEnv:
         # exact state in another process (``replay``), as CPU PhysX steps are deterministic.
         self.episode_seed: int | None = None
         self.episode_actions: list[np.ndarray] = []
+        self.ood_split = None if options.ood_split is None else OodSplit(options.ood_split, env_id,
+                                                                          self.env.unwrapped)
 
     def reset(self, seed: int | None = None, state: dict | None = None):
         """Start an episode from ``seed``; with ``state`` (another env's ``get_state()``), from that state in place
         of the task's own draw (the seed still sets the episode's random generators). Returns its observation."""
-        options = None if state is None else {"reset_to_env_states": {"env_states": state}}
+        options = {} if state is None else {"reset_to_env_states": {"env_states": state}}
+        if self.ood_split is not None and self.ood_split.before_reset(seed):
+            options["reconfigure"] = True
         try:
-            obs, _ = self.env.reset(seed=seed, options=options)
+            obs, _ = self.env.reset(seed=seed, options=options or None)
         except RuntimeError as error:
             raise translate_simulator_error(error) from error
+        if self.ood_split is not None and state is None and self.ood_split.after_reset():
+            obs = self._observe()
         self.episode_seed = None if seed is None else int(seed)
         self.episode_actions = []
         return _unbatch(_to_numpy(obs))
+
+    def _observe(self):
+        """The observation of the current state, as ``reset`` and ``step`` return it (batched, wrappers applied)."""
+        obs = self.env.unwrapped.get_obs()
+        wrapper = self.env
+        while wrapper is not self.env.unwrapped:  # e.g. FlattenRGBDObservationWrapper
+            if hasattr(wrapper, "observation") and callable(wrapper.observation):
+                return wrapper.observation(obs)
+            wrapper = wrapper.env
+        return obs
 
     def get_state(self) -> dict:
         """The simulator's full state, ManiSkill's state dict: torch tensors ``[1, D]`` by actor and articulation
@@ -102,6 +119,8 @@ class SingleCpuEnv:
         """action ``[A]`` -> (obs, reward, terminated, truncated, success). ``observe=False``: the camera images
         are the last rendered ones (no render; the state part is fresh)."""
         action = np.clip(action, self.action_low, self.action_high)[None]
+        if self.ood_split is not None:
+            self.ood_split.before_step(len(self.episode_actions))
         self.episode_actions.append(action[0].copy())
         if self.sensor_cache is not None:
             self.sensor_cache.render_next = observe

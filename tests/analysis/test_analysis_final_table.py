@@ -35,6 +35,18 @@ def test_iqm_interval_and_per_run_rows(tmp_path):
     assert [row["best_success"] for row in rows] == [0.9, 0.1, 0.6, 0.5, 0.2]
 
 
+def test_rows_carry_the_split_and_the_ood_splits_beside_it(tmp_path):
+    from embodied_rl.analysis.report_page import _splits_cell
+
+    rows = [{"env_steps": 200, "eval/success_once": 0.5, "eval/split": "vision", "eval_sampled/success_once": 0.4,
+             "eval_execution/success_once": 0.25, "eval_semantic/success_once": 0.375}]
+    run = load_run(write_run(tmp_path / "ood", {"seed": 0}, [("train", rows, {})]))
+    (row,) = final_table(group_runs([run]))[1]
+    assert row["split"] == "vision" and row["ood"] == {"execution": 0.25, "semantic": 0.375}
+    assert _splits_cell(row) == "vision split; execution 0.250, semantic 0.375"
+    assert _splits_cell({"split": None, "ood": {}}) == "in distribution"
+
+
 def test_text_runs_are_scored_by_heldout_accuracy(tmp_path):
     from embodied_rl.analysis.final_table import default_score_key
 

@@ -53,9 +53,10 @@ def test_train_then_resume_then_eval(tmp_path):
     assert not (run_dir / "checkpoints" / "iter_000002").exists()  # keep_last=2
     assert "total_env_steps: 160" in (run_dir / "config.yaml").read_text()  # the resume's override is recorded
 
-    # sampled actions on request (greedy is the default), over the checkpoint's own config; filmed, 2 episodes tiled
+    # sampled actions on request (greedy is the default), over the checkpoint's own config; filmed, 2 episodes tiled;
+    # on an out-of-distribution split, with another beside it
     evaluated = _run("eval", "--checkpoint", str(run_dir), "--episodes", "3", "--json", "eval.greedy=false",
-                     "--video", "--video-episodes", "2")
+                     "--video", "--video-episodes", "2", "eval.split=execution", "eval.ood_splits=[semantic]")
     result = json.loads(evaluated.strip().splitlines()[-1])
     assert result["eval/episodes"] == 3 and result["checkpoint"].endswith("iter_000004")
     video = run_dir / "checkpoints" / "eval_iter_000004.mp4"
@@ -64,6 +65,7 @@ def test_train_then_resume_then_eval(tmp_path):
     assert len(frames) == 21 and frames[0].shape == (128, 256, 3)  # two 128 px tiles side by side
     assert {"eval/success_once", "eval/success_at_end", "eval/episode_return"} <= set(result)
     assert result["eval/greedy"] is False
+    assert result["eval/split"] == "execution" and result["eval_semantic/episodes"] == 3
     # a bad override is refused in one line
     refused = TrackedProcess(["eval", "--checkpoint", str(run_dir), "eval.greedy=maybe"])
     returncode, _, stderr = refused.wait()

@@ -46,6 +46,10 @@ def test_user_yaml_file_is_merged(tmp_path):
      "algorithm.bootstrap_at='never' is out of range; allowed: truncation, always"),
     (["algorithm.name=sft", "policy.name=cnn", "env.obs_mode=rgb", "algorithm.update_epochs=2"],
      "algorithm.update_epochs is not a key of algorithm 'sft'"),
+    (["eval.split=lighting"], "eval.split='lighting' is out of range; allowed: null or one of vision, semantic, "
+                              "execution"),
+    (["eval.ood_splits=[vision,weather]"], "eval.ood_splits='weather' is out of range; allowed: a list of vision, "
+                                           "semantic, execution"),
     (["placement.offload=sometimes"], "placement.offload='sometimes' is out of range; allowed: auto, never"),
     (["placement.actor_threads=0"], "placement.actor_threads=0 is out of range; allowed: null or an integer >= 1"),
     (["rollout.weight_sync=carrier_pigeon"],
@@ -56,6 +60,14 @@ def test_bad_values_raise_one_line_naming_the_key(overrides, message):
         load_train_config("maniskill_pushcube", None, overrides)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_ood_splits_are_for_maniskill_tasks_only():
+    assert load_train_config("maniskill_pushcube", None, ["eval.ood_splits=[execution]"]).eval.ood_splits == [
+        "execution"]
+    with pytest.raises(ConfigError, match="eval.split='vision' is out of range; allowed: only for the ManiSkill tasks "
+                                          "with OOD splits .*; task 'metaworld_reach' has none"):
+        load_train_config("metaworld_reach", None, ["eval.split=vision"])
 
 
 def test_unknown_task_and_missing_or_broken_files(tmp_path):
