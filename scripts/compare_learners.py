@@ -126,8 +126,11 @@ def main() -> None:
                      total_env_steps=args.env_steps, init_from=str(checkpoint), eval=evaluation,
                      checkpoint={"every_iterations": 0})
         run_dir = args.out / name
-        wall = train(args.task, stage, run_dir, log)
-        results[name] = {"wall_s": wall, "evaluations": evaluations(run_dir)}
+        done = run_dir / "result.json"  # a learner already run into this --out is read back, not run again
+        if not done.exists():
+            wall = train(args.task, stage, run_dir, log)
+            done.write_text(json.dumps({"wall_s": wall, "evaluations": evaluations(run_dir)}, indent=1))
+        results[name] = json.loads(done.read_text())
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print(report(args, results))
     (args.out / "comparison.md").write_text(report(args, results))
