@@ -6,7 +6,8 @@ import numpy as np
 
 from sim_envs.maniskill.options import ManiSkillOptions
 from sim_envs.maniskill.rendering import render_frames
-from sim_envs.maniskill.single import build_gym_env, find_max_episode_steps
+from sim_envs.maniskill.rewards import build_env
+from sim_envs.maniskill.single import find_max_episode_steps
 from sim_envs.vector_env import EpisodeTracker, StepBatch, group_leaders
 
 
@@ -27,7 +28,7 @@ class GpuManiSkillEnvs:
     def __init__(self, env_id: str, num_envs: int, options: ManiSkillOptions):
         from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
 
-        base = build_gym_env(env_id, options, num_envs=num_envs, sim_backend="physx_cuda")
+        base = build_env(env_id, options, num_envs=num_envs, sim_backend="physx_cuda")
         self.max_episode_steps = find_max_episode_steps(base)
         self.vector_env = ManiSkillVectorEnv(base, num_envs, auto_reset=True,
                                              ignore_terminations=options.ignore_terminations)

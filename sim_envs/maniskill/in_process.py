@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sim_envs.in_process import InProcessEnvs
 from sim_envs.maniskill.options import ManiSkillOptions
-from sim_envs.maniskill.single import SingleCpuEnv
+from sim_envs.maniskill.rewards import single_env
 
 
 class InProcessManiSkillEnvs(InProcessEnvs):
@@ -13,4 +13,4 @@ class InProcessManiSkillEnvs(InProcessEnvs):
     def __init__(self, env_id: str, num_envs: int, options: ManiSkillOptions):
         self.env_id = env_id
         self.options = options
-        super().__init__([SingleCpuEnv(env_id, options) for _ in range(num_envs)], options.seed, options.seed_stride)
+        super().__init__([single_env(env_id, options) for _ in range(num_envs)], options.seed, options.seed_stride)

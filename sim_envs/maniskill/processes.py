@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from sim_envs.maniskill.options import ManiSkillOptions
-from sim_envs.maniskill.single import build_gym_env
+from sim_envs.maniskill.rewards import build_env
 from sim_envs.vector_env import EpisodeTracker, StepBatch, copy_obs
 
 
 def _make_cpu_gym_env(env_id: str, options: ManiSkillOptions):
     from mani_skill.utils.wrappers.gymnasium import CPUGymWrapper
 
-    return CPUGymWrapper(build_gym_env(env_id, options), ignore_terminations=options.ignore_terminations)
+    return CPUGymWrapper(build_env(env_id, options), ignore_terminations=options.ignore_terminations)
 
 
 def make_async_vector_env(env_id: str, num_envs: int, options: ManiSkillOptions):

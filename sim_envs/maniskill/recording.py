@@ -19,7 +19,7 @@ import numpy as np
 
 from sim_envs.families import EpisodeOutcome  # noqa: F401  (re-exported: the planner and replay use it)
 from sim_envs.maniskill.options import ManiSkillOptions, quiet_maniskill, translate_simulator_error
-from sim_envs.maniskill.single import build_gym_env
+from sim_envs.maniskill.rewards import build_env
 
 
 class EpisodeRecorder:
@@ -33,7 +33,7 @@ class EpisodeRecorder:
         self.env_id = env_id
         self.options = options
         self.h5_path = Path(directory) / f"{name}.h5"
-        env = build_gym_env(env_id, options)
+        env = build_env(env_id, options)
         self.env = RecordEpisode(env, output_dir=str(directory), trajectory_name=name, save_video=False,
                                  save_on_reset=False, record_reward=True, source_type=source_type,
                                  source_desc=source_desc)
