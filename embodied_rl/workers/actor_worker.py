@@ -17,6 +17,7 @@ whole model and the checkpoint, the others None where a result is the model's.
 from __future__ import annotations
 
 import io
+import sys
 import time
 import warnings
 
@@ -33,6 +34,7 @@ from embodied_rl.runtime.offload import MoveReport, Offloader
 from embodied_rl.utils.checkpoint import read_trainer_state
 from embodied_rl.workers.messages import POLICY_VERSION_KEY, TRAJECTORIES_KEY, Trajectory
 from embodied_rl.workers.micro_batches import minibatch_loss, rank_passes
+from embodied_rl.workers.optimizer_groups import parameter_groups, renumbered_optimizer_state
 from embodied_rl.workers.trajectory_buffer import concat_obs
 from embodied_rl.workers.weights import as_tensor, load_host_weights, trained_names, weights_template, host_weights
 
@@ -78,7 +80,13 @@ class ActorWorker(Worker):
         # Sharding replaces the parameters (FSDP's DTensors): the optimizer is made after it, over the shards.
         self.engine = DataParallelEngine(self.policy, DataParallelConfig(**parallel), self.device, FORWARD_METHODS)
         self.engine.check_same(seed, "the actor's seed")  # the minibatch rows are drawn alike on every rank
-        self.optimizer = torch.optim.Adam(self._parameter_groups(), lr=algorithm.lr, eps=1e-5)
+        self.optimizer = torch.optim.Adam(parameter_groups(self.policy, getattr(algorithm, "critic_lr_scale", 1.0)),
+                                          lr=algorithm.lr, eps=1e-5)
+        if self.engine.rank == 0:
+            trained = sum(p.numel() for group in self.optimizer.param_groups for p in group["params"])
+            frozen = sum(p.numel() for p in self.policy.parameters()) - trained
+            print(f"actor {self.address}: policy {policy['name']}: {trained:,} parameters trained, {frozen:,} "
+                  "frozen", file=sys.stderr, flush=True)
         # fp16 compute: scale the loss so small gradients survive fp16 activations (bf16 has fp32's range)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=getattr(
             self.policy, "compute_dtype", torch.float32) == torch.float16)
@@ -97,15 +105,6 @@ class ActorWorker(Worker):
         self.demonstrations: dict | None = None
         self.supervised_steps = 0  # gradient steps of SFT so far (its learning-rate schedule)
         self.weights_loaded = False  # weights came from a checkpoint (their observation statistics with them)
-
-    def _parameter_groups(self) -> list[dict]:
-        """The critic's parameters (names starting with ``critic``) in a group of their own, so an algorithm may
-        give them another learning rate (``critic_lr_scale``)."""
-        named = list(self.policy.named_parameters())
-        critic = [p for name, p in named if name.startswith("critic")]
-        rest = [p for name, p in named if not name.startswith("critic")]
-        scale = getattr(self.algorithm.config, "critic_lr_scale", 1.0)
-        return [g for g in ({"params": rest, "lr_scale": 1.0}, {"params": critic, "lr_scale": scale}) if g["params"]]
 
     def offload(self) -> MoveReport:
         """Move weights, gradients and optimizer state to host memory (a no-op for memory on CPU). Not for a sharded
@@ -448,7 +447,8 @@ class ActorWorker(Worker):
             if self.engine.distributed:
                 self.engine.load_optimizer_state_dict(self.optimizer, state["optimizer"])
             else:
-                self.optimizer.load_state_dict(state["optimizer"])
+                self.optimizer.load_state_dict(renumbered_optimizer_state(state["optimizer"], self.policy,
+                                                                          self.optimizer.param_groups))
             torch.set_rng_state(state["torch_rng"])
             self.generator.set_state(state["shuffle_rng"])
             self.policy_version = state["policy_version"]

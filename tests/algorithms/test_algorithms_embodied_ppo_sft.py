@@ -42,15 +42,11 @@ def test_ppo_critic_warmup_trains_only_the_value_for_its_updates():
 
 
 def test_the_critic_gets_its_own_learning_rate_group():
-    from types import SimpleNamespace
-
-    from embodied_rl.algorithms.embodied.ppo import PPO, PPOConfig
     from embodied_rl.models import build_policy
-    from embodied_rl.workers.actor_worker import ActorWorker
+    from embodied_rl.workers.optimizer_groups import parameter_groups
 
     policy = build_policy("mlp", obs_dim=3, action_dim=2, hidden_sizes=[4])
-    holder = SimpleNamespace(policy=policy, algorithm=PPO(PPOConfig(critic_lr_scale=30.0)))
-    actor_group, critic_group = ActorWorker._parameter_groups(holder)
+    actor_group, critic_group = parameter_groups(policy, critic_lr_scale=30.0)
     assert critic_group["lr_scale"] == 30.0 and actor_group["lr_scale"] == 1.0
     assert {id(p) for p in critic_group["params"]} == {id(p) for p in policy.critic.parameters()}
 

@@ -115,6 +115,10 @@ class Pi0Settings:
     """LoRA rank on the Gemma projections of prefix model and expert (0: full fine-tuning)."""
     lora_alpha: float = 0.0
     """LoRA alpha; 0: ``2 * lora_rank``."""
+    train_expert_only: bool = False
+    """Freeze the VLM (PaliGemma: the SigLIP vision tower, its projector and the Gemma prefix model, with their LoRA
+    adapters) and train only the action expert, its action / state / time projections, ``critic_head`` and
+    ``noise_head`` (RLinf's ``train_expert_only``); the prefix then runs without autograd (no activations kept)."""
 
     @classmethod
     def tiny(cls, **overrides) -> "Pi0Settings":
@@ -151,6 +155,9 @@ class Pi0Settings:
         _choice("initial_noise", self.initial_noise, INITIAL_NOISES)
         _choice("dtype", self.dtype, DTYPES)
         _choice("tokenizer", self.tokenizer, ("byte", "pretrained"))
+        if not isinstance(self.train_expert_only, bool):
+            raise ValueError(f"pi0 option train_expert_only={self.train_expert_only!r} is not allowed; allowed "
+                             "values: true (train the action expert, the VLM frozen), false")
         for key in ("num_denoising_steps", "image_size", "patch_size", "layers", "heads", "kv_heads", "head_dim",
                     "max_text_tokens", "vision_layers", "vision_heads"):
             _at_least(key, getattr(self, key), 1)

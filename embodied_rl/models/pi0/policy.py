@@ -74,7 +74,8 @@ class Pi0Policy(Policy):
                  checkpoint: str | None = None, num_denoising_steps: int = 10, noise_level: float = 0.5,
                  noise_mode: str = "sde", stochastic_steps=None, lora_rank: int = 0,
                  action_normalization: str = "none", logp_dims: str = "action", critic_detach: bool = True,
-                 dtype: str = "float32", initial_noise: str = "gaussian", settings: dict | None = None):
+                 dtype: str = "float32", initial_noise: str = "gaussian", train_expert_only: bool = False,
+                 settings: dict | None = None):
         super().__init__()
         if not obs_shapes or "rgb" not in obs_shapes or len(obs_shapes["rgb"]) != 3 or int(obs_shapes["rgb"][2]) % 3:
             raise ValueError(f"pi0 option obs_shapes={obs_shapes!r} is not allowed; allowed values: a dict with "
@@ -85,7 +86,7 @@ class Pi0Policy(Policy):
         overrides.update(num_denoising_steps=num_denoising_steps, noise_level=noise_level, noise_mode=noise_mode,
                          stochastic_steps=stochastic_steps, lora_rank=lora_rank, logp_dims=logp_dims,
                          action_normalization=action_normalization, critic_detach=critic_detach, dtype=dtype,
-                         initial_noise=initial_noise)
+                         initial_noise=initial_noise, train_expert_only=train_expert_only)
         self.settings = Pi0Settings.preset(size, **overrides)
         self.state_dim, self.action_dim, self.action_chunk = int(obs_dim), int(action_dim), int(action_chunk)
         self.cameras = int(obs_shapes["rgb"][2]) // 3
@@ -139,6 +140,8 @@ class Pi0Policy(Policy):
             load_side_state(self, checkpoint)
         if self.settings.lora_rank:
             self._add_lora()
+        if self.settings.train_expert_only:
+            self.pi0.model.vlm.requires_grad_(False)
         self.keep_trained_weights_in_float32()
 
     # ----------------------------------------------------------------------------------------------- LoRA, weights
@@ -246,10 +249,15 @@ class Pi0Policy(Policy):
             padded[:, :self.state_dim] = (state - self.state_mean) / self.state_std
         return padded
 
-    @in_compute_dtype
     def _prefix(self, obs: dict):
-        """Runs SigLIP + Gemma on images and prompt once. -> ``(cache, attention_mask [B, P], prefix_length,
-        pooled [B, text_width], state [B, max_state_dim])``."""
+        """Runs SigLIP + Gemma on images and prompt once (without autograd when ``train_expert_only``: nothing
+        before the cache is trained). -> ``(cache, attention_mask [B, P], prefix_length, pooled [B, text_width],
+        state [B, max_state_dim])``."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.settings.train_expert_only):
+            return self._run_prefix(obs)
+
+    @in_compute_dtype
+    def _run_prefix(self, obs: dict):
         rgb = obs["rgb"]
         batch = rgb.shape[0]
         device = self._device()
