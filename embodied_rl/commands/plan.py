@@ -78,6 +78,10 @@ def embodied_plan(config) -> dict:
     chunk = int(getattr(policy, "action_chunk", 1) or 1)
     a, env = config.algorithm, config.env
     decisions = env.num_workers * env.envs_per_worker * config.rollout.steps_per_iteration // chunk
+    if getattr(a, "groups_per_update", None):  # an update holds the rounds that kept that many groups
+        length = env.max_episode_steps or config.rollout.steps_per_iteration
+        groups = env.num_workers * env.envs_per_worker // a.group_size * (config.rollout.steps_per_iteration // length)
+        decisions *= math.ceil(a.groups_per_update / max(groups, 1))  # every group of each round kept: the most
     minibatches = getattr(a, "num_minibatches", None)  # RL; SFT trains on batch_size demonstrations at a time
     rows = max(1, decisions // minibatches) if minibatches else int(getattr(a, "batch_size", decisions))
     ranks = config.actor.world_size

@@ -43,6 +43,18 @@ def test_plan_of_a_staged_vla_recipe_reports_each_stage_and_micro_batches_shrink
     assert sharded["placements"]["collocated"]["peak_gib"] == pytest.approx(sum(part.values()) / 2 ** 30 + rollout_gib)
 
 
+@pytest.mark.slow
+def test_plan_of_updates_accumulated_over_rounds_counts_their_rows(capsys):
+    """groups_per_update=16 with 4 groups a round: an update holds 4 rounds, so a minibatch 4 times the rows."""
+    recipe = ["--task", "maniskill_pushcube", "--config", "configs/recipes/vla/pushcube_pi0_tiny_rlinf.yaml"]
+
+    def rows(groups: int) -> int:
+        assert main(["plan", *recipe, "--json", f"stages.1.algorithm.groups_per_update={groups}"]) == 0
+        return json.loads(capsys.readouterr().out)[1]["update_rows"]
+
+    assert rows(16) == 4 * rows(4) > 0
+
+
 def test_plan_of_a_text_task_sizes_trainer_and_generation():
     result = run_cli("plan", "--task", "math_arith", "--gpus", "2", "--gpu-memory", "24GB", "--prompt-tokens", "32")
     assert result.returncode == 0, result.stderr[-2000:]
