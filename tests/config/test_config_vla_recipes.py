@@ -17,16 +17,58 @@ def test_there_is_a_tiny_recipe_per_task_and_vla_family():
             assert f"{task}_{policy}_tiny" in names
 
 
+def _size(recipe: Path) -> str:
+    """The policy size a recipe's name says: ``<task>_<policy>_<size>[_<variant>]``."""
+    return next(size for size in ("tiny", "full") if f"_{size}" in recipe.stem)
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_every_stage_of_a_vla_recipe_validates(recipe):
     task = "maniskill_" + recipe.stem.split("_")[0]
     _, stages = load_stages(task, str(recipe), [])
-    assert [s.name for s in stages] == ["0-sft", "1-grpo"]
+    assert [s.name for s in stages] in (["0-sft", "1-grpo"], ["0-sft", "1-ppo"])
     for stage in stages:
         validate(stage.config)
         assert stage.config.env.obs_mode == "rgb"
-        assert stage.config.policy.size == recipe.stem.rsplit("_", 1)[1]
+        assert stage.config.policy.size == _size(recipe)
         assert stage.config.policy.name in recipe.stem
+    assert "not yet measured" in recipe.read_text().lower() or "docs/results.md" in recipe.read_text()
+
+
+@pytest.mark.parametrize("recipe", [p for p in RECIPES if _size(p) == "tiny"], ids=lambda p: p.stem)
+def test_tiny_vla_recipes_evaluate_at_maniskills_own_time_limit(recipe):
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401  (registers the ManiSkill ids)
+
+    task = "maniskill_" + recipe.stem.split("_")[0]
+    _, stages = load_stages(task, str(recipe), [])
+    limit = gym.spec({"pushcube": "PushCube-v1", "pickcube": "PickCube-v1"}[recipe.stem.split("_")[0]]).max_episode_steps
+    for stage in stages:
+        assert stage.config.env.max_episode_steps == limit and stage.config.eval.max_episode_steps in (None, limit)
+        assert stage.config.eval.sampled  # the policy RL trains is evaluated, beside the deterministic one
+
+
+def test_the_rlinf_form_recipes_say_what_they_claim():
+    _, stages = load_stages("maniskill_pushcube", str(next(p for p in RECIPES if p.stem == "pushcube_pi0_tiny_rlinf")),
+                            [])
+    sft, rl = (s.config for s in stages)
+    assert not sft.policy.options.get("train_expert_only") and rl.policy.options["train_expert_only"] is True
+    assert {k: v for k, v in sft.policy.options.items()} == {k: v for k, v in rl.policy.options.items()
+                                                              if k != "train_expert_only"}
+    a = rl.algorithm
+    assert (a.name, a.ratio_level, a.score, a.dynamic_sampling) == ("grpo", "decision", "success", True)
+    envs = rl.env.num_workers * rl.env.envs_per_worker
+    assert a.groups_per_update >= 16 and a.max_sampling_rounds * envs // a.group_size >= a.groups_per_update
+
+    _, stages = load_stages("maniskill_pushcube",
+                            str(next(p for p in RECIPES if p.stem == "pushcube_openvla_oft_tiny_ppo")), [])
+    sft, rl = (s.config for s in stages)
+    assert sft.policy.options["action_head"] == rl.policy.options["action_head"] == "l1_regression"
+    assert sft.policy.init_log_std == rl.policy.init_log_std < -0.5  # narrower than the default Gaussian
+    a = rl.algorithm
+    assert (a.name, a.gamma, a.gae_lambda) == ("ppo", 0.99, 0.95)
+    assert a.lr * a.critic_lr_scale == pytest.approx(3e-3)  # RLinf's value_lr
+    assert rl.env.reward_mode == "rlinf"
 
 
 @pytest.mark.parametrize("recipe", [p for p in RECIPES if p.stem.endswith("_tiny")], ids=lambda p: p.stem)
