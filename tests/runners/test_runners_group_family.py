@@ -31,3 +31,16 @@ def test_a_text_family_member_trains_on_pickcube(cluster, tmp_path, name, family
     assert sum(r["train/groups_trained"] for r in trained) == len(trained)
     weights = load_checkpoint(tmp_path).weights
     assert all(torch.isfinite(torch.as_tensor(w)).all() for w in weights.values())
+
+
+@pytest.mark.slow
+def test_updates_of_groups_per_update_groups_take_the_rounds_that_hold_them(cluster, tmp_path):
+    """2 groups of 2 a round, every group kept (no dynamic sampling), groups_per_update=3: each update is built
+    from 2 rounds (4 groups), the loop asking the env workers for the second."""
+    overrides = [*TINY, "stages=[]", "algorithm.name=grpo", "algorithm.group_size=2", "algorithm.groups_per_update=3",
+                 "algorithm.max_sampling_rounds=3", "total_env_steps=160"]
+    EmbodiedRunner(load_train_config("maniskill_pickcube", None, overrides), tmp_path).run()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if r.get("train/needs_more") == 0]
+    assert len(trained) == 2 and all(r["train/gradient_steps"] > 0 for r in trained)
+    assert all(r["train/sampling_rounds"] == 2 and r["train/groups_trained"] == 4 for r in trained)
