@@ -5,7 +5,8 @@ from the episode's seed (``np.random.default_rng([seed, salt])``), so a state id
 process and every run.
 
 * ``vision``: only what the cameras see. Ambient light 0.05-0.8 (ManiSkill's 0.3), every task object recoloured
-  at random, the sensor camera moved by up to 3 cm along each axis. Physics and state observations unchanged.
+  at random, the sensor camera moved by up to 3 cm along each axis. Physics and state observations unchanged; an
+  env without a renderer (state observations) has nothing to change.
 * ``semantic``: unseen objects and instructions. The task's object scaled by 0.75 or 1.25 (PickCube, PushCube,
   PullCube: its ``cube_half_size``; the scene is rebuilt when the size changes) and a held-out paraphrase of the
   task's instruction (camera observations' ``obs["instruction"]``, the task's ``ood_instruction``).
@@ -85,7 +86,7 @@ class OodSplit:
         """Apply the drawn variation to the episode that just started; True if the observation changed."""
         if self.split == "vision":
             self._vision()
-            return True  # the images (the state part is the same)
+            return self.variation.get("rendered", True)  # the images (the state part is the same)
         if self.split == "execution":
             self._perturb_initial_state()
             low, high = PUSH_STEPS
@@ -108,6 +109,9 @@ class OodSplit:
     def _vision(self) -> None:
         import sapien
 
+        if getattr(self.env.backend, "render_backend", None) == "none":  # nothing is rendered: nothing to vary
+            self.variation.update(rendered=False)
+            return
         ambient = float(self.rng.uniform(*AMBIENT_RANGE))
         self.env.scene.set_ambient_light([ambient] * 3)
         colours = {}

@@ -95,6 +95,18 @@ def test_vision_changes_the_images_and_not_the_physics():
         seen.close()
 
 
+def test_vision_on_state_observations_leaves_the_episode_as_it_is():
+    plain, unseen = _pickcube(), _pickcube("vision")
+    try:
+        np.testing.assert_array_equal(plain.reset(state_ids=[SEED]), unseen.reset(state_ids=[SEED]))
+        action = np.full((1, 4), 0.5, np.float32)
+        np.testing.assert_array_equal(plain.step(action).obs, unseen.step(action).obs)
+        assert unseen.envs[0].ood_split.variation == {"rendered": False}
+    finally:
+        plain.close()
+        unseen.close()
+
+
 def test_unknown_splits_and_tasks_without_splits_are_refused_in_one_line():
     with pytest.raises(TaskConfigError, match="ood_split='lighting' is not a split; allowed: vision, semantic, "
                                               "execution"):
