@@ -5,7 +5,8 @@ import pytest
 from conftest import run_cli
 
 
-# Left out of the default run (CI time; pytest -m heavy runs it): a bench end to end.
+# Left out of the default run (CI time; pytest -m heavy runs it):
+# a bench end to end.
 @pytest.mark.heavy
 @pytest.mark.slow
 def test_bench_env_prints_one_json_object_with_both_loops_and_their_ratio(tmp_path):
@@ -21,6 +22,9 @@ def test_bench_env_prints_one_json_object_with_both_loops_and_their_ratio(tmp_pa
     assert report["ratio_runtime_over_baseline"] == pytest.approx(runtime / baseline, rel=1e-2)
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it):
+# a bench end to end
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_bench_env_on_metaworld_measures_gymnasiums_async_and_sync_vector_envs_in_the_same_run(tmp_path):
     result = run_cli("bench", "env", "--task", "metaworld_reach", "--env-workers", "1", "--envs-per-worker", "2",

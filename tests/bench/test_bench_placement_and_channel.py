@@ -13,7 +13,8 @@ def _one_json_line(result) -> dict:
     return json.loads(lines[0])
 
 
-# Left out of the default run (CI time; pytest -m heavy runs it): the placement modes themselves are tested in
+# Left out of the default run (CI time; pytest -m heavy runs it):
+# the placement modes themselves are tested in
 # test_runners_collocated_turns.
 @pytest.mark.heavy
 @pytest.mark.slow
@@ -42,6 +43,9 @@ def test_bench_placement_rejects_a_single_env_per_process(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it):
+# a bench end to end; the transports are tested in tests/runtime
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_bench_channel_measures_every_transport_against_copy_and_ray(tmp_path):
     # 100 MB messages take most of the bench's time; the README's figures come from a full run.

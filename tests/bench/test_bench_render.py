@@ -5,6 +5,9 @@ import pytest
 from conftest import run_cli
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it):
+# a bench end to end; skipped renders: tests/sim_envs/test_sim_envs_render_skip.py
+@pytest.mark.heavy
 def test_bench_render_measures_both_variants_and_skipping_renders_is_faster(tmp_path):
     result = run_cli("bench", "render", "--task", "maniskill_pushcube", "--chunk", "4", "--image-size", "32",
                      "--decisions", "3", "--repeats", "1", "--json", cwd=tmp_path)

@@ -49,6 +49,9 @@ TEXT = ["env.count=60", "env.heldout_count=4", "sft.steps=3", "sft.batch_size=4"
         "eval.num_problems=2", "rollout.max_new_tokens=3", "checkpoint.every_iterations=1", "torch_threads=1"]
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it):
+# --retries after a dead actor is in test_runners_stop_checkpoint.py
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_a_text_run_retries_after_its_trainer_is_sigkilled(tmp_path):
     """SIGKILL of the trainer rank mid-run: the attempt fails (no stop checkpoint: the trainer is gone), one retry
@@ -126,7 +129,8 @@ STAGED = {"stages": [
 ]}
 
 
-# Left out of the default run (CI time; pytest -m heavy runs it): staged resume and --retries are each tested in
+# Left out of the default run (CI time; pytest -m heavy runs it):
+# staged resume and --retries are each tested in
 # the default run.
 @pytest.mark.heavy
 @pytest.mark.slow

@@ -19,7 +19,7 @@ SMALL = ["env.count=200", "env.heldout_count=20", "sft.steps=0", f"rl.iterations
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("weight_sync", ["broadcast", "object_store"])
+@pytest.mark.parametrize("weight_sync", ["broadcast", pytest.param("object_store", marks=pytest.mark.heavy)])  # CI time
 def test_a_reasoning_run_survives_a_killed_generation_worker_and_scales_live(tmp_path, cluster, weight_sync):
     from embodied_rl.config.reasoning import load_reasoning_config
     from embodied_rl.runners.reasoning import ReasoningRunner

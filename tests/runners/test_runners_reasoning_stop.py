@@ -27,7 +27,7 @@ def whole(tmp_path_factory, cluster):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cut", ["sampling", "update"])
+@pytest.mark.parametrize("cut", ["sampling", pytest.param("update", marks=pytest.mark.heavy)])  # heavy: CI time
 def test_a_stopped_text_run_resumes_from_its_stop_checkpoint_bit_for_bit(tmp_path, cluster, whole, cut):
     from embodied_rl.config.reasoning import load_reasoning_config
     from embodied_rl.runners.reasoning import ReasoningRunner

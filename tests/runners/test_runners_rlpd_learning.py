@@ -11,6 +11,9 @@ from embodied_rl.runners.embodied import EmbodiedRunner
 PUSHCUBE_FEATURES = "[7,8,18,19,20,25,26,27,28,29,30]"  # gripper, tcp position, goal, cube position
 
 
+# Left out of the default run (CI time; pytest -m heavy runs it):
+# the off-policy runtime path is in test_runners_off_policy.py
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_rlpd_from_scratch_raises_pushcube_success_at_the_standard_limit(cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # demos generated here, not from a cache
