@@ -35,19 +35,6 @@ def test_every_stage_of_a_vla_recipe_validates(recipe):
     assert "not yet measured" in recipe.read_text().lower() or "docs/results.md" in recipe.read_text()
 
 
-@pytest.mark.parametrize("recipe", [p for p in RECIPES if _size(p) == "tiny"], ids=lambda p: p.stem)
-def test_tiny_vla_recipes_evaluate_at_maniskills_own_time_limit(recipe):
-    import gymnasium as gym
-    import mani_skill.envs  # noqa: F401  (registers the ManiSkill ids)
-
-    task = "maniskill_" + recipe.stem.split("_")[0]
-    _, stages = load_stages(task, str(recipe), [])
-    limit = gym.spec({"pushcube": "PushCube-v1", "pickcube": "PickCube-v1"}[recipe.stem.split("_")[0]]).max_episode_steps
-    for stage in stages:
-        assert stage.config.env.max_episode_steps == limit and stage.config.eval.max_episode_steps in (None, limit)
-        assert stage.config.eval.sampled  # the policy RL trains is evaluated, beside the deterministic one
-
-
 def test_the_rlinf_form_recipes_say_what_they_claim():
     _, stages = load_stages("maniskill_pushcube", str(next(p for p in RECIPES if p.stem == "pushcube_pi0_tiny_rlinf")),
                             [])
@@ -71,7 +58,7 @@ def test_the_rlinf_form_recipes_say_what_they_claim():
     assert rl.env.reward_mode == "rlinf"
 
 
-@pytest.mark.parametrize("recipe", [p for p in RECIPES if p.stem.endswith("_tiny")], ids=lambda p: p.stem)
+@pytest.mark.parametrize("recipe", [p for p in RECIPES if _size(p) == "tiny"], ids=lambda p: p.stem)
 def test_tiny_vla_recipes_train_and_evaluate_at_maniskills_own_time_limit_on_success(recipe):
     import gymnasium as gym
     import mani_skill.envs  # noqa: F401  (registers the ManiSkill ids)
@@ -83,7 +70,8 @@ def test_tiny_vla_recipes_train_and_evaluate_at_maniskills_own_time_limit_on_suc
         assert stage.config.env.max_episode_steps == limit and stage.config.eval.max_episode_steps in (None, limit)
         assert stage.config.eval.sampled  # the policy RL trains is evaluated, beside the deterministic one
     rl = stages[1].config.algorithm
-    assert (rl.score, rl.ratio_level) == ("success", "token") and rl.group_size >= 8
+    if recipe.stem.endswith("_tiny"):  # the tiny recipes as measured (docs/results.md); the RLinf forms differ
+        assert (rl.score, rl.ratio_level) == ("success", "token") and rl.group_size >= 8
 
 
 def test_switching_the_rl_stage_to_ppo_keeps_the_shared_keys():

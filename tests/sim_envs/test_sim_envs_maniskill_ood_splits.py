@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -22,9 +24,19 @@ def _pickcube(split=None, **options):
                          ood_split=split, **options)
 
 
-def test_execution_moves_the_cube_and_arm_at_reset_and_pushes_the_cube_mid_episode():
-    plain, perturbed = _pickcube(), _pickcube("execution")
+@contextlib.contextmanager
+def _twins(split: str, **options):
+    """An in-distribution PickCube env and one on ``split``, closed afterwards."""
+    plain, varied = _pickcube(**options), _pickcube(split, **options)
     try:
+        yield plain, varied
+    finally:
+        plain.close()
+        varied.close()
+
+
+def test_execution_moves_the_cube_and_arm_at_reset_and_pushes_the_cube_mid_episode():
+    with _twins("execution") as (plain, perturbed):
         a, b = plain.reset(state_ids=[SEED])[0], perturbed.reset(state_ids=[SEED])[0]
         variation = perturbed.envs[0].ood_split.variation
         np.testing.assert_array_equal(a[GOAL], b[GOAL])  # the task's goal is the same
@@ -51,14 +63,10 @@ def test_execution_moves_the_cube_and_arm_at_reset_and_pushes_the_cube_mid_episo
             np.testing.assert_array_equal(again.reset(state_ids=[SEED])[0], b)
         finally:
             again.close()
-    finally:
-        plain.close()
-        perturbed.close()
 
 
 def test_semantic_resizes_the_object_and_holds_out_the_instruction():
-    plain, unseen = _pickcube(), _pickcube("semantic")
-    try:
+    with _twins("semantic") as (plain, unseen):
         a, b = plain.reset(state_ids=[SEED])[0], unseen.reset(state_ids=[SEED])[0]
         scale = unseen.envs[0].ood_split.variation["object_scale"]
         np.testing.assert_allclose(b[CUBE_XY], a[CUBE_XY], atol=1e-6)  # the same place on the table
@@ -71,16 +79,12 @@ def test_semantic_resizes_the_object_and_holds_out_the_instruction():
             unseen.reset(state_ids=[state])
             scales.add(unseen.envs[0].ood_split.variation["object_scale"])
         assert scales == {0.75, 1.25}
-    finally:
-        plain.close()
-        unseen.close()
 
 
 @pytest.mark.slow
 def test_vision_changes_the_images_and_not_the_physics():
     options = dict(obs_mode="rgb", image_size=32)
-    plain, seen = _pickcube(**options), _pickcube("vision", **options)
-    try:
+    with _twins("vision", **options) as (plain, seen):
         a, b = plain.reset(state_ids=[SEED]), seen.reset(state_ids=[SEED])
         np.testing.assert_array_equal(a["state"], b["state"])
         assert np.abs(a["rgb"].astype(int) - b["rgb"].astype(int)).mean() > 5
@@ -90,21 +94,14 @@ def test_vision_changes_the_images_and_not_the_physics():
             np.testing.assert_array_equal(x["state"], y["state"])
         assert not np.array_equal(x["rgb"], y["rgb"])
         assert set(seen.envs[0].ood_split.variation) == {"ambient_light", "colours", "camera_shift"}
-    finally:
-        plain.close()
-        seen.close()
 
 
 def test_vision_on_state_observations_leaves_the_episode_as_it_is():
-    plain, unseen = _pickcube(), _pickcube("vision")
-    try:
+    with _twins("vision") as (plain, unseen):
         np.testing.assert_array_equal(plain.reset(state_ids=[SEED]), unseen.reset(state_ids=[SEED]))
         action = np.full((1, 4), 0.5, np.float32)
         np.testing.assert_array_equal(plain.step(action).obs, unseen.step(action).obs)
         assert unseen.envs[0].ood_split.variation == {"rendered": False}
-    finally:
-        plain.close()
-        unseen.close()
 
 
 def test_unknown_splits_and_tasks_without_splits_are_refused_in_one_line():
