@@ -34,9 +34,21 @@ class TaskEntry:
     builtin: bool = False  # shipped with sim_envs (the trainer then requires a recipe for it)
     instruction: str | None = None  # language instruction added to dict (camera) observations, see instructions.py
     ood_instruction: str | None = None  # a held-out paraphrase of it (the ``semantic`` out-of-distribution split)
+    recipe: str | None = None  # a task that is not built in: the shared recipe it starts from (e.g. ``gym``)
+    discrete_actions: int = 0  # n > 0: the env takes one of n actions, as a one-hot (argmax) vector ``[n]``
 
 
 _TASKS: dict[str, TaskEntry] = {}
+_RESOLVERS: dict[str, Callable[[str], TaskEntry]] = {}
+"""Name prefix (``gym:``) -> a function building the entry of a task named by that prefix and an id."""
+
+
+def register_task_prefix(prefix: str, resolver: Callable[[str], TaskEntry]) -> None:
+    """Tasks named ``<prefix><id>`` (``gym:CartPole-v1``) are built on first use by ``resolver(name)``, which
+    returns their ``TaskEntry`` or raises a one-line ``TaskConfigError`` (an unknown id)."""
+    if prefix in _RESOLVERS:
+        raise ValueError(f"task prefix {prefix!r} is already registered")
+    _RESOLVERS[prefix] = resolver
 
 
 def register_task(name: str, description: str = "", simulator: str = "", env_id: str | None = None,
@@ -68,7 +80,11 @@ def list_tasks() -> list[str]:
 
 def get_task(name: str) -> TaskEntry:
     if name not in _TASKS:
-        raise TaskConfigError(f"unknown task {name!r}; available tasks: {', '.join(list_tasks())}")
+        prefix = next((p for p in _RESOLVERS if isinstance(name, str) and name.startswith(p)), None)
+        if prefix is None:
+            prefixes = "".join(f", or {p}<id>" for p in sorted(_RESOLVERS))
+            raise TaskConfigError(f"unknown task {name!r}; available tasks: {', '.join(list_tasks())}{prefixes}")
+        _TASKS[name] = _RESOLVERS[prefix](name)
     return _TASKS[name]
 
 

@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from embodied_rl.config.algorithm_section import DEFAULT_ALGORITHM, keys_of, split_algorithm, typed_algorithm
 from embodied_rl.config.dotlist import parse_overrides
 from embodied_rl.config.errors import ConfigError
+from embodied_rl.config.policy_choice import choose_policy
 from embodied_rl.config.renamed import refuse_renamed, upgrade_saved
 from embodied_rl.config.schema import TrainConfig, validate
 
@@ -48,8 +49,10 @@ def read_recipe(name: str, seen: tuple[str, ...] = ()):
     return OmegaConf.merge(read_recipe(base, (*seen, name)), recipe)
 
 
-def task_recipe(task: str):
-    """The recipe of a built-in task (a ConfigError when it is missing); None for a task a user registered."""
+def task_recipe(task: str, algorithm: str | None = None):
+    """The recipe of a built-in task (a ConfigError when it is missing); for a task of a family that ships a
+    shared recipe (``TaskEntry.recipe``, e.g. ``gym`` for ``gym:<id>``) that recipe, or ``<recipe>_<algorithm>``
+    where one exists for the chosen ``algorithm``; None for a task a user registered."""
     import sim_envs
 
     try:
@@ -57,7 +60,10 @@ def task_recipe(task: str):
     except sim_envs.TaskConfigError as error:
         raise ConfigError(str(error)) from None
     if not entry.builtin:
-        return None
+        if entry.recipe is None:
+            return None
+        specific = f"{entry.recipe}_{algorithm or DEFAULT_ALGORITHM}"
+        return read_recipe(specific if recipe_path(specific).is_file() else entry.recipe)
     recipe = recipe_path(task)
     if not recipe.is_file():
         raise ConfigError(f"built-in task {task!r} has no recipe: {recipe} is missing (an incomplete install of "
@@ -115,7 +121,8 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
         recipe_algorithm: dict = {}
         chosen_task = task or cli.get("task") or (user_file.get("task") if user_file is not None else None)
         if chosen_task:
-            recipe = task_recipe(chosen_task)
+            chosen_algorithm = cli_algorithm.get("name") or user_algorithm.get("name")
+            recipe = task_recipe(chosen_task, chosen_algorithm if stage is None else None)
             refuse_renamed(recipe, f"the {chosen_task} recipe")
             if recipe is not None:
                 recipe_config, recipe_algorithm = split_algorithm(recipe)
@@ -140,6 +147,7 @@ def load_train_config(task: str | None = None, config_file: str | None = None,
                                            recipe=recipe_algorithm)
     else:
         config.algorithm = typed_algorithm([user_algorithm, cli_algorithm], recipe=recipe_algorithm)
+    choose_policy(config)
     validate(config, purpose)
     return config
 

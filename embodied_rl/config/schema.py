@@ -21,6 +21,10 @@ def _default_algorithm():
     return PPOConfig()
 
 
+SCORE_LABELS = {"success_once": "success", "success_at_end": "success at end", "episode_return": "return"}
+"""``eval.score`` values and how the progress line names them."""
+
+
 @dataclass
 class EnvConfig:
     num_workers: int = 4
@@ -47,6 +51,9 @@ class EnvConfig:
     """'auto', 'cpu' or 'gpu'."""
     pipeline_stages: int = 1
     """Split each env worker's envs into this many groups so simulation overlaps policy inference."""
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the task's own env constructor: ``gym:<id>`` tasks pass them to
+    ``gymnasium.make(id, **kwargs)`` (e.g. ``env.kwargs.g=9.81`` for Pendulum); other families take none."""
 
 
 @dataclass
@@ -130,6 +137,9 @@ class EvalConfig:
     """With video_episodes: also film every this many evaluations (0: only the final one)."""
     stop_at_success: Optional[float] = None
     """End the run (with a checkpoint) at the first evaluation whose success_once reaches this; None: never."""
+    score: str = "success_once"
+    """What ranks evaluations (the best checkpoint) and the progress line shows: ``success_once``,
+    ``success_at_end`` or ``episode_return`` (tasks scored by their return, e.g. ``gym:Pendulum-v1``)."""
     split: Optional[str] = None
     """Evaluate out of distribution (ManiSkill tasks): 'vision' (lighting, object colours, camera pose), 'semantic'
     (object size, a held-out instruction) or 'execution' (perturbed initial object and arm, a push mid-episode),
@@ -307,6 +317,7 @@ def validate(config: TrainConfig, purpose: str = "train") -> None:
     _require(c.eval.video_episodes >= 0, "eval.video_episodes", c.eval.video_episodes, "an integer >= 0")
     _require(c.eval.video_every_evaluations >= 0, "eval.video_every_evaluations", c.eval.video_every_evaluations,
              "an integer >= 0")
+    _require(c.eval.score in SCORE_LABELS, "eval.score", c.eval.score, ", ".join(SCORE_LABELS))
     _require(c.eval.stop_at_success is None or 0 <= c.eval.stop_at_success <= 1, "eval.stop_at_success",
              c.eval.stop_at_success, "null or a success rate in [0, 1]")
     _require(c.checkpoint.every_iterations >= 0, "checkpoint.every_iterations", c.checkpoint.every_iterations,

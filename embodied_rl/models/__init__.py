@@ -3,6 +3,7 @@
 from embodied_rl.models.registry import POLICIES, build_policy
 from embodied_rl.models import mlp as _mlp  # noqa: F401  (registers "mlp")
 from embodied_rl.models import mlp_sac as _mlp_sac  # noqa: F401  (registers "mlp_sac")
+from embodied_rl.models import mlp_categorical as _mlp_categorical  # noqa: F401  (registers "mlp_categorical")
 from embodied_rl.models import transformer as _transformer  # noqa: F401  (registers "transformer")
 from embodied_rl.models import cnn as _cnn  # noqa: F401  (registers "cnn")
 

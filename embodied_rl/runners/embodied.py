@@ -20,7 +20,7 @@ import yaml
 from embodied_rl.algorithms.embodied import algorithm_needs
 from embodied_rl.config.errors import ConfigError
 from embodied_rl.config.loader import to_yaml
-from embodied_rl.config.schema import TrainConfig
+from embodied_rl.config.schema import SCORE_LABELS, TrainConfig
 from embodied_rl.runners.autoscale import Autoscaler, Limits, env_step, wait_shares
 from embodied_rl.runners.demonstrations import load_demo_transitions, load_sft_demonstrations
 from embodied_rl.runners.eval_video import record_eval_video
@@ -55,7 +55,10 @@ class EmbodiedRunner:
         self.iteration = 0
         self.env_steps = 0
         self.last_eval: dict = {}
-        self.best_score = -1.0  # the best evaluation's success_once so far (its checkpoint is in best_checkpoint/)
+        # The best evaluation's score (``eval.score``) so far; its checkpoint is in best_checkpoint/. A success rate
+        # starts at -1 (beaten by any evaluation); a return, which may be negative, at None.
+        self.best_key = f"best_{config.eval.score}"
+        self.best_score = -1.0 if config.eval.score.startswith("success") else None
         self.turns: list = []  # the device lock's TurnRecords of the last run: who held which slots when
         self.autoscaler: Autoscaler | None = None
         self.reached_success = False  # an evaluation reached eval.stop_at_success: the run ended there
@@ -112,7 +115,7 @@ class EmbodiedRunner:
             if self.resume is not None:
                 self.iteration = int(self.resume.counters.get("iteration", 0))
                 self.env_steps = int(self.resume.counters.get("env_steps", 0))
-                self.best_score = float(self.resume.counters.get("best_success_once", -1.0))
+                self.best_score = self.resume.counters.get(self.best_key, self.best_score)
             env_state = self._resumable_env_state()
             # Saved env states continue where the run stopped; without them, fresh states (not the first episodes)
             workers = start_workers(c, cluster, env_seed_offset=0 if env_state else self.env_steps)
@@ -125,7 +128,8 @@ class EmbodiedRunner:
             log = self._metrics_log()
             progress = (TrainingProgress(self.total_iterations(), f"{c.task} sft", unit="iterations",
                                          done=self.iteration)
-                        if self.supervised else TrainingProgress(c.total_env_steps, c.task, done=self.env_steps))
+                        if self.supervised else TrainingProgress(c.total_env_steps, c.task, done=self.env_steps,
+                                                                 metric=SCORE_LABELS[c.eval.score]))
             try:
                 turns.start()
                 with turns.training("setup"):
@@ -184,7 +188,7 @@ class EmbodiedRunner:
     def _summary(self, started: float) -> dict:
         """What ``summary.json`` holds of this run (also its trackers' summary)."""
         return {"run_dir": str(self.run_dir), "env_steps": self.env_steps, "iterations": self.iteration,
-                "wall_s": round(time.perf_counter() - started, 1), "best_success_once": self.best_score,
+                "wall_s": round(time.perf_counter() - started, 1), self.best_key: self.best_score,
                 **self.last_eval}
 
     def _resumable_env_state(self) -> list | None:
@@ -305,13 +309,13 @@ class EmbodiedRunner:
         return {**self.last_eval, **video}
 
     def score(self, evaluation: dict) -> float | None:
-        return evaluation.get("eval/success_once")
+        return evaluation.get(f"eval/{self.config.eval.score}")
 
     def record(self, metrics: dict, log: bool) -> None:
         if log:
             self.log.log(metrics, self.env_steps)
         self.progress.update(self.iteration if self.supervised else self.env_steps,
-                             self.last_eval.get("eval/success_once"))
+                             self.last_eval.get(f"eval/{self.config.eval.score}"))
 
     def save(self, final: bool, best: bool = False) -> None:
         with self.phases.training("best_checkpoint" if best else "checkpoint"):
@@ -433,7 +437,7 @@ class EmbodiedRunner:
         (``interrupted_iter_N``, counters marked with ``reason``, no env states), never a clean one's replacement."""
         state = ray.get(workers.actor.call("training_state")[0], timeout=timeout)  # every rank gathers; rank 0's
         counters = {"iteration": self.iteration, "env_steps": self.env_steps, "policy_spec": workers.policy_spec,
-                    "task": self.config.task, "best_success_once": self.best_score,
+                    "task": self.config.task, self.best_key: self.best_score,
                     "eval": {k: v for k, v in self.last_eval.items() if k.startswith("eval/")}}
         env_state = None
         if interrupted:

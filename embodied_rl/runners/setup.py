@@ -63,6 +63,8 @@ def env_options(config: TrainConfig) -> dict:
         options["image_size"] = e.image_size
     if grouped(config) or e.ignore_terminations:
         options["ignore_terminations"] = True  # every env of a group runs to the time limit, in lock-step
+    if e.kwargs:
+        options["kwargs"] = dict(e.kwargs)  # only families that take constructor keywords accept the key
     return options
 
 

@@ -28,8 +28,9 @@ class TrainingProgress:
     when it starts (a resumed run), left out of the rate."""
 
     def __init__(self, total_steps: int, description: str, plain_every_s: float = 10.0, unit: str = "steps",
-                 done: int = 0):
+                 done: int = 0, metric: str = "success"):
         self.total = total_steps
+        self.metric = metric
         self.unit = unit
         self.done_at_start = done
         self.start = time.monotonic()
@@ -44,7 +45,7 @@ class TrainingProgress:
             self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                                 TextColumn("{task.completed:,}/{task.total:,} " + unit),
                                 TextColumn("{task.fields[rate]}"),
-                                TextColumn("success {task.fields[success]}"), TimeRemainingColumn(),
+                                TextColumn(metric + " {task.fields[success]}"), TimeRemainingColumn(),
                                 transient=False)
             self.bar.start()
             self.task = self.bar.add_task(description, total=total_steps, completed=done, rate="-", success="-")
@@ -64,13 +65,15 @@ class TrainingProgress:
         return max(steps - self.done_at_start, 0) / max(elapsed, 1e-9)
 
     def _success_text(self) -> str:
-        return "-" if self.success != self.success else f"{self.success:.2f}"
+        if self.success != self.success:
+            return "-"
+        return f"{self.success:.2f}" if abs(self.success) < 10 else f"{self.success:.1f}"
 
     def line(self, steps: int, elapsed: float) -> str:
         """The plain progress line at ``steps`` after ``elapsed`` seconds of this process."""
         rate = self._rate(steps, elapsed)
         eta = eta_seconds(steps, self.total, rate)
-        return (f"{self.unit} {steps:,}/{self.total:,}  {rate_text(rate, self.unit)}  eval success "
+        return (f"{self.unit} {steps:,}/{self.total:,}  {rate_text(rate, self.unit)}  eval {self.metric} "
                 f"{self._success_text()}  elapsed {elapsed:,.0f}s  eta {eta:,.0f}s")
 
     def close(self) -> None:

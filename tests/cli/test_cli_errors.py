@@ -45,6 +45,7 @@ def _assert_one_clean_line(result, *fragments):
     (["train", "--config", "/nonexistent.yaml", "--task", "maniskill_pushcube"], ["file not found"]),
     (["eval", "--checkpoint", "/nonexistent/run"], ["no checkpoint at /nonexistent/run"]),
     (["bench", "env", "--steps", "0"], ["--steps=0"]),
+    (["train", "--task", "gym:Pendulum-v1", "env.kwargs.gravity=3"], ["env.kwargs.gravity", "gym:Pendulum-v1"]),
 ])
 def test_bad_input_gets_one_line_and_exit_code_2(args, fragments, tmp_path):
     result = run_cli(*args, cwd=tmp_path)
