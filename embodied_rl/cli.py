@@ -1,4 +1,4 @@
-"""``embodied-rl train|eval|scale|demos|report|sweep|tasks|bench|doctor|plan``.
+"""``embodied-rl train|eval|scale|demos|export|report|sweep|tasks|bench|doctor|plan``.
 
 Exit codes: 0 success, 2 bad configuration or arguments (one line naming the key and what is allowed),
 1 runtime failure, 130 interrupted.
@@ -81,12 +81,33 @@ def build_parser() -> argparse.ArgumentParser:
     demos.add_argument("--control-mode", help="controller of the actions (default the family's: pd_joint_delta_pos, "
                        "MetaWorld's ee_delta_pos; "
                        "a checkpoint's own mode for --source checkpoint)")
-    demos.add_argument("--out", help="cache root (default ~/.cache/embodied-rl/demos); demos go to "
-                       "OUT/<task>/<source>-<control_mode>-<obs>-<N>-seed<S>/")
+    demos.add_argument("--out", help="h5: cache root (default ~/.cache/embodied-rl/demos); demos go to "
+                       "OUT/<task>/<source>-<control_mode>-<obs>-<N>-seed<S>/. lerobot: the dataset directory to "
+                       "create (new or empty; the .h5 stay in the default cache)")
+    demos.add_argument("--format", default="h5", dest="output_format", help="h5 (ManiSkill's trajectory format, "
+                       "the default) or lerobot (a LeRobotDataset v3 directory at --out)")
+    demos.add_argument("--fps", type=int, help="lerobot: frames per second (default the task family's control "
+                       "rate: ManiSkill 20, MetaWorld 80)")
+    demos.add_argument("--image-storage", default="video", help="lerobot: camera frames as video (lossless mp4, "
+                       "the default) or image (PNG in the parquet)")
     demos.add_argument("--keep-failures", action="store_true", help="keep episodes that do not end in success")
     demos.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
     demos.add_argument("--planner-speed", type=float, help="joint velocity and acceleration limits of the motion "
                        "planner in rad/s (default ManiSkill's 0.9; faster plans make shorter demos)")
+
+    export = commands.add_parser("export", help="a trained run's evaluation episodes as a dataset (LeRobot v3)")
+    export.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (of a staged recipe: its last stage)")
+    export.add_argument("--format", default="lerobot", dest="output_format", help="lerobot (the only one)")
+    export.add_argument("--out", required=True, help="the dataset directory to create (new or empty)")
+    export.add_argument("--episodes", type=int, help="episodes, from the run's evaluation states eval.seed, "
+                        "eval.seed + 1, ... (default the run's eval.num_episodes)")
+    export.add_argument("--checkpoint", default=None, help="best, last or a checkpoint PATH (default best where the "
+                        "run kept one, else last)")
+    export.add_argument("--obs", default="state,rgb", help="observations to record: state, rgb or state,rgb "
+                        "(default; cameras rendered at the run's env.image_size)")
+    export.add_argument("--fps", type=int, help="frames per second (default the task family's control rate)")
+    export.add_argument("--image-storage", default="video", help="video (lossless mp4, the default) or image "
+                        "(PNG in the parquet)")
 
     scale = commands.add_parser("scale", help="resize the env and rollout workers of a live run")
     scale.add_argument("run_dir", help="the run directory (of a staged recipe: its newest stage's is used)")
@@ -254,7 +275,15 @@ def _demos(args) -> int:
     from embodied_rl.commands.demos import run_demos
 
     return run_demos(args.task, args.episodes, args.source, args.obs, args.control_mode, args.out,
-                     args.keep_failures, args.seed, args.planner_speed)
+                     args.keep_failures, args.seed, args.planner_speed, args.output_format, args.fps,
+                     args.image_storage)
+
+
+def _export(args) -> int:
+    from embodied_rl.commands.export import run_export
+
+    return run_export(args.run_dir, args.out, args.output_format, args.episodes, args.checkpoint, args.obs,
+                      args.fps, args.image_storage)
 
 
 def _scale(args) -> int:
@@ -342,7 +371,8 @@ def _bench_channel(args) -> int:
     return run_channel_bench(args.json, args.repeats, args.sizes, args.nodes)
 
 
-HANDLERS = {"plan": _plan, "report": _report, "sweep": _sweep, "tasks": _tasks, "doctor": _doctor, "demos": _demos, "scale": _scale, "train": _train, "eval": _eval,
+HANDLERS = {"plan": _plan, "report": _report, "sweep": _sweep, "tasks": _tasks, "doctor": _doctor, "demos": _demos,
+            "export": _export, "scale": _scale, "train": _train, "eval": _eval,
             "bench env": _bench_env, "bench placement": _bench_placement, "bench render": _bench_render,
             "bench elastic": _bench_elastic, "bench overlap": _bench_overlap, "bench generation": _bench_generation,
             "bench text-async": _bench_text_async, "bench text-tis": _bench_text_tis, "bench channel": _bench_channel}

@@ -33,4 +33,9 @@ def check_task_starts(config: TrainConfig) -> None:
         raise ConfigError(f"task {config.task!r} cannot start with env options "
                           f"control_mode={config.env.control_mode!r}, obs_mode={config.env.obs_mode!r}: "
                           f"{detail}") from None
-    env.close()
+    try:
+        from embodied_rl.runners.demonstrations import check_demonstrations
+
+        check_demonstrations(config, env)  # a LeRobot dataset that does not fit the task: refused before Ray starts
+    finally:
+        env.close()

@@ -142,10 +142,12 @@ class EmbodiedRunner:
                                                       None),
                                    c.fault.hang_timeout_s, f"the actor loading init_from={c.init_from}")
                     if self.supervised:
-                        get_within(workers.actor.call("load_demonstrations", load_sft_demonstrations(c)),
+                        demos = load_sft_demonstrations(c, workers.policy_spec)
+                        get_within(workers.actor.call("load_demonstrations", demos),
                                    c.fault.hang_timeout_s, "the actor loading the demonstrations")
                     elif algorithm_needs(c.algorithm).demonstrations == "mixed":
-                        get_within(workers.actor.call("load_demo_transitions", load_demo_transitions(c)),
+                        demos = load_demo_transitions(c, workers.policy_spec)
+                        get_within(workers.actor.call("load_demo_transitions", demos),
                                    c.fault.hang_timeout_s, "the actor loading the demonstration transitions")
                     turns.publish_weights()
                 self.workers, self.phases, self.log, self.progress = workers, turns, log, progress

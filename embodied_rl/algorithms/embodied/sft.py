@@ -17,11 +17,15 @@ DEMO_SOURCES = ("motion_planning", "scripted", "path")
 class DemonstrationSettings:
     """Where an algorithm's demonstrations come from (SFT clones them, RLPD mixes them into its batches)."""
 
+    demos: Optional[str] = None
+    """A demonstrations file or directory to read instead of generating any (overrides ``demo_source``): a ManiSkill
+    trajectory ``.h5`` (with its ``.json``), a directory holding one, or a LeRobotDataset v3 directory (found by its
+    ``meta/info.json``; its features must fit the task's observations and actions)."""
     demo_source: str = "motion_planning"
     """Where demonstrations come from: 'motion_planning' (ManiSkill's planner) or 'scripted' (MetaWorld's scripted
-    policies), generated and cached (see ``embodied-rl demos``); or 'path' (the ``.h5`` file in ``demo_path``)."""
+    policies), generated and cached (see ``embodied-rl demos``); or 'path' (the file in ``demo_path``)."""
     demo_path: Optional[str] = None
-    """A ManiSkill trajectory file (``.h5`` with its ``.json``) when demo_source='path'."""
+    """When demo_source='path': what ``demos`` takes (a ``.h5``, a directory with one, or a LeRobot dataset)."""
     demo_episodes: int = 100
     """Demonstrations to generate (motion_planning)."""
     demo_planner_speed: Optional[float] = None
@@ -31,8 +35,8 @@ class DemonstrationSettings:
     def demo_problems(self) -> Iterator[Problem]:
         if self.demo_source not in DEMO_SOURCES:
             yield "demo_source", self.demo_source, ", ".join(DEMO_SOURCES)
-        if self.demo_source == "path" and not self.demo_path:
-            yield "demo_path", self.demo_path, "a .h5 trajectory file when demo_source='path'"
+        if self.demo_source == "path" and not self.demo_path and not self.demos:
+            yield "demo_path", self.demo_path, "a .h5 trajectory file or LeRobot directory when demo_source='path'"
         if self.demo_episodes < 1:
             yield "demo_episodes", self.demo_episodes, "an integer >= 1"
         if self.demo_planner_speed is not None and not 0 < self.demo_planner_speed <= 10:
