@@ -74,6 +74,11 @@ def register_task(name: str, description: str = "", simulator: str = "", env_id:
     return decorate
 
 
+def list_task_prefixes() -> list[str]:
+    """The name prefixes that resolve tasks on first use (``gym:``)."""
+    return sorted(_RESOLVERS)
+
+
 def list_tasks() -> list[str]:
     return sorted(_TASKS)
 
