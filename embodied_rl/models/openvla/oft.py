@@ -38,7 +38,13 @@ class OpenVLAOFT(OpenVLAPolicy):
     normalised action space around the regressed chunk, ``N(mean, exp(action_log_std)^2)`` per coordinate
     (``action_log_std`` ``[A]``, initialised to ``init_log_std``, trained, saved in the heads file); ``act``
     samples it (``deterministic``: the mean, the reference's output), log-probs sum the ``K * A`` coordinates, and
-    ``supervised_loss`` is the reference's L1 distance to the normalised targets."""
+    ``supervised_loss`` is the reference's L1 distance to the normalised targets. With ``std_from_residuals``, SFT
+    also sets ``action_log_std`` to the clone's own spread: per action dimension, half the log of a running mean
+    (decay 0.99 per batch) of the squared residuals ``(mean - target)^2`` over the batch and the chunk, the
+    maximum-likelihood Gaussian around the regressed chunk; RL then starts from a Gaussian as narrow as the clone's
+    errors instead of a fixed ``init_log_std``."""
+
+    residual_decay = 0.99
 
     parallel_decoding = True
     default_proprio = True
@@ -115,4 +121,16 @@ class OpenVLAOFT(OpenVLAPolicy):
         if self.action_head is None:
             return super().supervised_loss(obs, target_actions)
         target = self.action_tokenizer.normalize(target_actions).reshape(len(target_actions), -1)
-        return (self._regress(obs)[0] - target).abs().mean()
+        mean = self._regress(obs)[0]
+        if self.std_from_residuals:
+            self._fit_std(mean.detach(), target)
+        return (mean - target).abs().mean()
+
+    @torch.no_grad()
+    def _fit_std(self, mean: torch.Tensor, target: torch.Tensor) -> None:
+        """``action_log_std [A]`` from the running mean of the squared residuals of chunks ``[B, K * A]``."""
+        squares = (mean - target).float().pow(2).reshape(-1, self.action_chunk, self.action_dim).mean((0, 1))
+        running = getattr(self, "_residual_squares", None)
+        running = squares if running is None else self.residual_decay * running + (1 - self.residual_decay) * squares
+        self._residual_squares = running
+        self.action_log_std.copy_(0.5 * torch.log(running.clamp(min=1e-8)).to(self.action_log_std.dtype))

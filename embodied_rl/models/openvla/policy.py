@@ -70,7 +70,7 @@ class OpenVLAPolicy(Policy):
                  checkpoint: str | None = None, lora_rank: int = 0, lora_alpha: float | None = None,
                  dtype: str = "float32", use_proprio: bool | None = None, fused_vision: bool | None = None,
                  unnorm_key: str | None = None, temperature: float = 1.0, critic_detach: bool = True,
-                 action_head: str | None = None):
+                 action_head: str | None = None, std_from_residuals: bool = False):
         super().__init__()
         from embodied_rl.models.openvla import checkpoint as checkpoints
         from embodied_rl.models.openvla.modeling import LanguageModelRunner, ProprioProjector, build_network
@@ -91,6 +91,10 @@ class OpenVLAPolicy(Policy):
                              f"(the value loss trains only the value head) or false (it also reaches the LM, "
                              f"projectors and vision tower)")
         self.critic_detach = critic_detach
+        if not isinstance(std_from_residuals, bool):
+            raise ValueError(f"openvla option std_from_residuals={std_from_residuals!r} is not allowed; allowed "
+                             f"values: true (SFT sets the L1 head's Gaussian std to its residuals) or false")
+        self.std_from_residuals = std_from_residuals
         if int(action_chunk) < 1:
             raise ValueError(f"openvla option action_chunk={action_chunk!r} is not allowed; allowed values: an "
                              f"integer >= 1")

@@ -168,3 +168,27 @@ def test_the_l1_policy_is_a_gaussian_around_the_regressed_chunk():
     targets = torch.rand(4, 2, ACTION_DIM, generator=torch.Generator().manual_seed(3)) * 2 - 1
     losses = supervised_losses(policy, obs, targets, 40)
     assert losses[-1] < 0.3 * losses[0]
+
+
+def test_std_from_residuals_sets_the_gaussian_to_the_clones_running_squared_residuals():
+    obs = make_obs(4)
+    targets = torch.rand(4, 2, ACTION_DIM, generator=torch.Generator().manual_seed(5)) * 2 - 1
+    fixed = make_policy("openvla_oft", action_head="l1_regression", init_log_std=-1.0)
+    fixed.supervised_loss(obs, targets)
+    assert torch.equal(fixed.action_log_std.detach(), torch.full((ACTION_DIM,), -1.0))  # off: left as it was
+    policy = make_policy("openvla_oft", action_head="l1_regression", init_log_std=-1.0, std_from_residuals=True)
+
+    def squared_residuals():
+        with torch.no_grad():
+            mean = policy._regress(obs)[0].reshape(4, 2, ACTION_DIM)
+            normalized = policy.action_tokenizer.normalize(targets).reshape(4, 2, ACTION_DIM)
+        return (mean - normalized).pow(2).mean((0, 1))
+
+    first = squared_residuals()
+    policy.supervised_loss(obs, targets)  # the first batch: the running mean is its residuals
+    torch.testing.assert_close(policy.action_log_std.detach(), 0.5 * torch.log(first))
+    with torch.no_grad():
+        policy.action_head.model.fc1.bias.add_(0.3)  # the clone moves: new residuals
+    second = squared_residuals()
+    policy.supervised_loss(obs, targets)
+    torch.testing.assert_close(policy.action_log_std.detach(), 0.5 * torch.log(0.99 * first + 0.01 * second))
