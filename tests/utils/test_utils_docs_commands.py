@@ -80,7 +80,10 @@ def test_every_documented_command_is_accepted_by_the_cli(where, command, capsys)
         pytest.fail(f"{where}: `{command}` is refused (exit {exit_.code}): {capsys.readouterr().err.strip()}")
     task = getattr(args, "task", None)
     if task is not None:
-        assert task in sim_envs.list_tasks(), f"{where}: --task {task} is not a registered task"
+        try:
+            sim_envs.get_task(task)  # a registered task, or one a prefix resolves (gym:<id>)
+        except sim_envs.TaskConfigError as error:
+            pytest.fail(f"{where}: --task {task} is not a task: {error}")
     config = getattr(args, "config", None)
     if config is not None:
         assert (REPO / config).is_file(), f"{where}: --config {config} is not a file in the repository"
