@@ -11,6 +11,7 @@ from sim_envs.vector_env import StepBatch, VectorEnv
 from sim_envs.maniskill import tasks as _maniskill_tasks  # noqa: F401  (registers tasks)
 from sim_envs.math import tasks as _math_tasks  # noqa: F401  (registers tasks)
 from sim_envs.metaworld import tasks as _metaworld_tasks  # noqa: F401  (registers tasks)
+from sim_envs.robosuite import tasks as _robosuite_tasks  # noqa: F401  (registers tasks)
 from sim_envs.gymnasium_envs import tasks as _gymnasium_tasks  # noqa: F401  (resolves gym:<id> tasks)
 
 __all__ = [

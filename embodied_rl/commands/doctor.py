@@ -1,5 +1,5 @@
-"""``embodied-rl doctor``: can this machine run the simulators (ManiSkill on Vulkan, MetaWorld on MuJoCo's GL) and
-the runtime? One line per check (PASS or FAIL with
+"""``embodied-rl doctor``: can this machine run the simulators (ManiSkill on Vulkan, MetaWorld on MuJoCo's GL,
+robosuite) and the runtime? One line per check (PASS or FAIL with
 what was seen) and, for each failure, the command or setting that fixes it. Exit code 0 when every check passed,
 1 otherwise."""
 
@@ -93,6 +93,13 @@ def check_mujoco_renderer() -> Check:
                                           f"{backend} in {time.perf_counter() - start:.1f} s")
 
 
+def check_robosuite() -> Check:
+    """robosuite (the third family, on MuJoCo): imports, builds Lift and steps it (``sim_envs/robosuite/health.py``)."""
+    from sim_envs.robosuite.health import check_robosuite_steps
+
+    return Check("robosuite", *check_robosuite_steps())
+
+
 def check_ray() -> Check:
     from embodied_rl.runtime import Cluster
 
@@ -119,7 +126,7 @@ def check_disk(min_free_gib: float = MIN_FREE_GIB) -> Check:
 
 
 CHECKS: tuple[Callable[[], Check], ...] = (check_devices, check_simulator, check_renderer, check_mujoco_renderer,
-                                           check_ray, check_disk)
+                                           check_robosuite, check_ray, check_disk)
 
 
 def run_doctor(checks: tuple[Callable[[], Check], ...] = CHECKS) -> int:
