@@ -21,7 +21,9 @@ def test_a_bad_swept_value_is_one_line_before_any_trial(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow
+# Left out of the default run (CI time; pytest -m heavy runs it): a trial's training and its reported metrics are
+# in tests/sweep/test_sweep_trial.py, the search space in test_sweep_space.py
+@pytest.mark.heavy
 def test_two_settings_train_as_tune_trials_and_are_reported(tmp_path):
     out = tmp_path / "sweep"
     result = run_cli("sweep", "--task", "maniskill_pushcube", "--grid", "algorithm.lr=[1e-3,3e-4]", "--seeds", "1",
