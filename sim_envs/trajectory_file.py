@@ -68,3 +68,30 @@ class TrajectoryWriter:
 
     def close(self) -> None:
         self.file.close()
+
+
+def record_episode(env, act, seed: int, writer: TrajectoryWriter, keep_failures: bool):
+    """Run one episode of a single env (``sim_envs/in_process.py`` ``SingleEnv``) from ``seed`` with ``act(obs) ->
+    action [A]`` (clipped to ``env.action_low``/``action_high``) until it terminates or is truncated; write it to
+    ``writer`` if it succeeded or ``keep_failures``. Returns its ``DemoEpisode``."""
+    import time
+
+    from sim_envs.families import DemoEpisode, EpisodeOutcome
+
+    started = time.perf_counter()
+    obs = env.reset(seed)
+    observations, actions, rewards, success, terminated, truncated = [obs], [], [], [], [], []
+    while True:
+        action = np.clip(np.asarray(act(obs), np.float32), env.action_low, env.action_high)
+        obs, reward, ended, cut, solved = env.step(action)
+        for column, value in ((observations, obs), (actions, action), (rewards, reward),
+                              (success, solved), (terminated, ended), (truncated, cut)):
+            column.append(value)
+        if ended or cut:
+            break
+    outcome = EpisodeOutcome(int(seed), bool(success[-1]), len(actions), time.perf_counter() - started)
+    if not (outcome.success or keep_failures):
+        return DemoEpisode(outcome, None)
+    writer.add_episode(seed, observations, np.stack(actions), np.asarray(rewards), np.asarray(success),
+                       np.asarray(terminated), np.asarray(truncated))
+    return DemoEpisode(outcome, outcome)

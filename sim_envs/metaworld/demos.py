@@ -11,13 +11,12 @@ An episode runs until its first success step (the env's termination) or the time
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 
 from sim_envs.errors import TaskConfigError
-from sim_envs.families import DemoEpisode, DemoPlan, EpisodeOutcome
+from sim_envs.families import DemoEpisode, DemoPlan
 from sim_envs.metaworld.options import CONTROL_MODES, DEFAULT_MAX_EPISODE_STEPS, MetaWorldOptions
 
 SOURCES = ("scripted", "checkpoint")
@@ -80,27 +79,13 @@ class MetaWorldDemoPipeline:
     def run_episode(self, seed: int, keep_failures: bool) -> DemoEpisode:
         import warnings
 
-        started = time.perf_counter()
+        from sim_envs.trajectory_file import record_episode
+
         act = self._act()
-        obs = self.env.reset(seed)
-        observations, actions, rewards, success, terminated, truncated = [obs], [], [], [], [], []
         with warnings.catch_warnings():  # the scripted policies warn when their gains exceed the action range
             warnings.simplefilter("ignore", UserWarning)
-            while True:
-                state = obs["state"] if isinstance(obs, dict) else obs
-                action = np.clip(np.asarray(act(state), np.float32), self.env.action_low, self.env.action_high)
-                obs, reward, ended, cut, solved = self.env.step(action)
-                for column, value in ((observations, obs), (actions, action), (rewards, reward),
-                                      (success, solved), (terminated, ended), (truncated, cut)):
-                    column.append(value)
-                if ended or cut:
-                    break
-        outcome = EpisodeOutcome(int(seed), bool(success[-1]), len(actions), time.perf_counter() - started)
-        if not (outcome.success or keep_failures):
-            return DemoEpisode(outcome, None)
-        self.writer.add_episode(seed, observations, np.stack(actions), np.asarray(rewards), np.asarray(success),
-                                np.asarray(terminated), np.asarray(truncated))
-        return DemoEpisode(outcome, outcome)
+            return record_episode(self.env, lambda obs: act(obs["state"] if isinstance(obs, dict) else obs),
+                                  seed, self.writer, keep_failures)
 
     def close(self) -> None:
         try:

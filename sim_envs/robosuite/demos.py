@@ -12,13 +12,12 @@ Panda, ``osc_pose``): Lift 100/100 succeed, 36 steps on average (3,622 in all); 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 
 from sim_envs.errors import TaskConfigError
-from sim_envs.families import DemoEpisode, DemoPlan, EpisodeOutcome
+from sim_envs.families import DemoEpisode, DemoPlan
 from sim_envs.robosuite.options import CONTROL_MODES, DEFAULT_MAX_EPISODE_STEPS, RobosuiteOptions
 from sim_envs.robosuite.scripted import SCRIPTS
 
@@ -82,24 +81,9 @@ class RobosuiteDemoPipeline:
         return lambda obs: self.script(self.env.raw_obs)
 
     def run_episode(self, seed: int, keep_failures: bool) -> DemoEpisode:
-        started = time.perf_counter()
-        act = self._act()
-        obs = self.env.reset(seed)
-        observations, actions, rewards, success, terminated, truncated = [obs], [], [], [], [], []
-        while True:
-            action = np.clip(np.asarray(act(obs), np.float32), self.env.action_low, self.env.action_high)
-            obs, reward, ended, cut, solved = self.env.step(action)
-            for column, value in ((observations, obs), (actions, action), (rewards, reward),
-                                  (success, solved), (terminated, ended), (truncated, cut)):
-                column.append(value)
-            if ended or cut:
-                break
-        outcome = EpisodeOutcome(int(seed), bool(success[-1]), len(actions), time.perf_counter() - started)
-        if not (outcome.success or keep_failures):
-            return DemoEpisode(outcome, None)
-        self.writer.add_episode(seed, observations, np.stack(actions), np.asarray(rewards), np.asarray(success),
-                                np.asarray(terminated), np.asarray(truncated))
-        return DemoEpisode(outcome, outcome)
+        from sim_envs.trajectory_file import record_episode
+
+        return record_episode(self.env, self._act(), seed, self.writer, keep_failures)
 
     def close(self) -> None:
         try:
