@@ -74,13 +74,22 @@ class OpenVLAOFT(OpenVLAPolicy):
         dtype = self.action_head.model.fc1.weight.dtype
         return self.action_head(hidden.to(dtype)).float().reshape(len(hidden), -1)
 
+    def _log_std(self) -> torch.Tensor:
+        """``[K * A]``: each coordinate's log-std (``action_log_std [A]`` tiled over the chunk), floored at
+        ``log(min_std)`` where the option is set (a dimension the demonstrations never vary, such as PushCube's
+        gripper, fits a std near 0, where the smallest move of the mean is a huge ratio)."""
+        log_std = self.action_log_std.float()
+        if self.min_log_std is not None:
+            log_std = log_std.clamp(min=self.min_log_std)
+        return log_std.repeat(self.action_chunk)
+
     def _std(self) -> torch.Tensor:
-        """``[K * A]``: each coordinate's std (the per-dimension ``exp(action_log_std)`` tiled over the chunk)."""
-        return self.action_log_std.float().exp().repeat(self.action_chunk)
+        """``[K * A]``: each coordinate's std."""
+        return self._log_std().exp()
 
     def _gaussian(self, mean: torch.Tensor, sample: torch.Tensor):
         """Per-coordinate log-probs and entropies ``[B, K * A]`` of ``sample`` under ``N(mean, std^2)``."""
-        log_std = self.action_log_std.float().repeat(self.action_chunk)
+        log_std = self._log_std()
         logp = -0.5 * ((sample - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
         return logp, (HALF_LOG_TWO_PI_E + log_std).expand_as(mean)
 

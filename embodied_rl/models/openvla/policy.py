@@ -70,7 +70,7 @@ class OpenVLAPolicy(Policy):
                  checkpoint: str | None = None, lora_rank: int = 0, lora_alpha: float | None = None,
                  dtype: str = "float32", use_proprio: bool | None = None, fused_vision: bool | None = None,
                  unnorm_key: str | None = None, temperature: float = 1.0, critic_detach: bool = True,
-                 action_head: str | None = None, std_from_residuals: bool = False):
+                 action_head: str | None = None, std_from_residuals: bool = False, min_std: float | None = None):
         super().__init__()
         from embodied_rl.models.openvla import checkpoint as checkpoints
         from embodied_rl.models.openvla.modeling import LanguageModelRunner, ProprioProjector, build_network
@@ -95,6 +95,11 @@ class OpenVLAPolicy(Policy):
             raise ValueError(f"openvla option std_from_residuals={std_from_residuals!r} is not allowed; allowed "
                              f"values: true (SFT sets the L1 head's Gaussian std to its residuals) or false")
         self.std_from_residuals = std_from_residuals
+        if min_std is not None and (isinstance(min_std, bool) or not isinstance(min_std, (int, float))
+                                    or not min_std > 0):
+            raise ValueError(f"openvla option min_std={min_std!r} is not allowed; allowed values: null or a number > 0 "
+                             f"(the L1 head's Gaussian std never falls below it, in normalised action units)")
+        self.min_log_std = None if min_std is None else math.log(float(min_std))
         if int(action_chunk) < 1:
             raise ValueError(f"openvla option action_chunk={action_chunk!r} is not allowed; allowed values: an "
                              f"integer >= 1")

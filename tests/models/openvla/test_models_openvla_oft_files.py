@@ -2,6 +2,7 @@
 data's statistics (moojink/openvla-oft). A directory written the way OFT's fine-tuning writes it loads and acts as
 the reference's ``predict_action`` computes; our own save writes the same names."""
 
+import math
 import json
 import os
 
@@ -192,3 +193,19 @@ def test_std_from_residuals_sets_the_gaussian_to_the_clones_running_squared_resi
     second = squared_residuals()
     policy.supervised_loss(obs, targets)
     torch.testing.assert_close(policy.action_log_std.detach(), 0.5 * torch.log(0.99 * first + 0.01 * second))
+
+
+def test_min_std_floors_the_sampled_gaussian_and_its_log_probs_but_not_wider_dimensions():
+    obs = make_obs(4)
+    policy = make_policy("openvla_oft", action_head="l1_regression", init_log_std=-1.0, min_std=0.05)
+    with torch.no_grad():
+        policy.action_log_std[0] = math.log(0.001)  # a dimension the demonstrations never vary
+    mean = policy._regress(obs)[0]
+    _, logp, _, stored = policy.act(obs)
+    std = torch.tensor([0.05] + [math.exp(-1.0)] * (ACTION_DIM - 1)).repeat(2)
+    expected = torch.distributions.Normal(mean, std).log_prob(stored["stored.normalized_actions"]).sum(-1)
+    torch.testing.assert_close(logp, expected)
+    spread = (stored["stored.normalized_actions"] - mean).reshape(4, 2, ACTION_DIM)[..., 0]
+    assert spread.abs().max() > 0.005  # the floored dimension is sampled at 0.05, not at 0.001
+    with pytest.raises(ValueError, match="min_std=0"):
+        make_policy("openvla_oft", action_head="l1_regression", min_std=0)
