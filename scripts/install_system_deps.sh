@@ -58,7 +58,7 @@ install_vulkan() {
   echo "install_system_deps: Vulkan ready (Mesa $(mesa_version))"
 }
 
-# MuJoCo renders camera images headless through EGL or OSMesa (sim_envs/metaworld/gl.py picks one at run time).
+# MuJoCo renders camera images headless through EGL or OSMesa (sim_envs/mujoco_gl.py picks one at run time).
 # libegl1 + libgl1-mesa-dri give EGL (Mesa's software rasteriser on CPU machines), libosmesa6 OSMesa. On Debian 12
 # with the backports suite above they come from it, so that every Mesa library has one version.
 install_mujoco_gl() {

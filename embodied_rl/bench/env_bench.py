@@ -3,8 +3,8 @@
 Runtime loop: env workers (Ray actors) -> channel -> rollout worker (batched policy inference) -> back, with
 trajectories shipped to a reader as in training. Baselines: the task family's Gymnasium vector envs
 (``sim_envs/families.py``) over the same number of envs, the same policy's inference in the driver, no Ray, no
-channels: for ManiSkill what its CPU PPO does, ``AsyncVectorEnv`` with one env process each; for MetaWorld
-``AsyncVectorEnv`` (the main baseline) and ``SyncVectorEnv`` (all envs in the driver). All are measured
+channels: for ManiSkill what its CPU PPO does, ``AsyncVectorEnv`` with one env process each; for MetaWorld and
+robosuite ``AsyncVectorEnv`` (the main baseline) and ``SyncVectorEnv`` (all envs in the driver). All are measured
 alternately, ``repeats`` times each, in one process.
 """
 
@@ -65,7 +65,7 @@ def baselines_of(task: str) -> list[str]:
         family = None
     if family is None or not family.reference_vector_envs:
         raise ConfigError(f"--task {task} ({entry.simulator or 'no simulator'}) has no Gymnasium vector env to "
-                          "measure against; allowed: a simulator task (maniskill_*, metaworld_*)")
+                          "measure against; allowed: a simulator task (maniskill_*, metaworld_*, robosuite_*)")
     return list(family.reference_vector_envs)
 
 

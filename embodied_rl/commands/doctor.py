@@ -73,7 +73,7 @@ def check_mujoco_renderer() -> Check:
 
     start = time.perf_counter()
     try:
-        from sim_envs.metaworld.gl import select_gl_backend
+        from sim_envs.mujoco_gl import select_gl_backend
 
         backend = select_gl_backend()
         env = sim_envs.make("metaworld_reach", 1, obs_mode="rgb")
@@ -82,7 +82,7 @@ def check_mujoco_renderer() -> Check:
         finally:
             env.close()
     except Exception as error:  # the adapter's errors are one line with the fix; others name the missing piece
-        from sim_envs.metaworld.gl import GL_FIX
+        from sim_envs.mujoco_gl import GL_FIX
 
         return Check("mujoco renderer", False, f"MetaWorld reach-v3 (rgb) failed: {str(error).splitlines()[0][:240]}",
                      GL_FIX)

@@ -2,10 +2,10 @@
 this module validates the request, runs the loop and counts.
 
 Sources are the family's: ManiSkill ``motion_planning`` (its planner, the default) and ``checkpoint``; MetaWorld
-``scripted`` (its hand-written policies, the default) and ``checkpoint``. Each records state-only episodes in its own
-control mode, ManiSkill's trajectory format; when the wanted control mode or observations differ, a ManiSkill
-episode is replayed at once into the output file (converting actions, rendering cameras); a MetaWorld episode is
-recorded in the wanted observations directly. Failed episodes are dropped unless ``keep_failures``; the loop runs
+and robosuite ``scripted`` (hand-written policies, the default; robosuite has them for Lift and Door) and
+``checkpoint``. Each records state-only episodes in its own control mode, ManiSkill's trajectory format; when the
+wanted control mode or observations differ, a ManiSkill episode is replayed at once into the output file (converting
+actions, rendering cameras); a MetaWorld or robosuite episode is recorded in the wanted observations directly. Failed episodes are dropped unless ``keep_failures``; the loop runs
 until ``episodes`` are written.
 """
 
@@ -29,7 +29,7 @@ class DemoRequest:
     task: str
     episodes: int
     source: str | None = None
-    """None: the task family's default source (ManiSkill: motion_planning; MetaWorld: scripted)."""
+    """None: the task family's default source (ManiSkill: motion_planning; MetaWorld, robosuite: scripted)."""
     checkpoint: str | None = None
     observations: tuple[str, ...] = ("state",)
     control_mode: str | None = None
@@ -133,7 +133,7 @@ def resolve_request(request: DemoRequest) -> ResolvedRequest:
             demos = get_family(entry.simulator).demos_module()
         except sim_envs.TaskConfigError:
             raise ConfigError(f"task {request.task!r} ({entry.simulator or 'no simulator'}) has no demonstration "
-                              "sources; demonstrations need a ManiSkill or MetaWorld task") from None
+                              "sources; demonstrations need a ManiSkill, MetaWorld or robosuite task") from None
         source = request.source or demos.SOURCES[0]
         if source not in demos.SOURCES or not entry.env_id:
             allowed = ", ".join(f"{s} PATH" if s == "checkpoint" else s for s in demos.SOURCES)

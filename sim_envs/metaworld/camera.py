@@ -1,6 +1,6 @@
 """Camera images of a MuJoCo scene, through Gymnasium's off-screen MuJoCo renderer.
 
-The GL backend is MuJoCo's ``MUJOCO_GL`` (chosen by ``sim_envs.metaworld.gl.select_gl_backend`` before the first
+The GL backend is MuJoCo's ``MUJOCO_GL`` (chosen by ``sim_envs.mujoco_gl.select_gl_backend`` before the first
 context). MetaWorld's cameras are mounted so that the rendered rows come out upside down; ``capture`` returns the
 image upright. Cost on a 2-core CPU with Mesa's software EGL (llvmpipe), measured: ~0.09 s a 64x64 frame, against
 ~0.3 ms a physics step: render only the steps a policy looks at (``observe=False`` skips).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim_envs.errors import SimulatorUnavailableError
-from sim_envs.metaworld.gl import GL_FIX
+from sim_envs.mujoco_gl import GL_FIX
 
 
 class MujocoCamera:

@@ -56,7 +56,7 @@ class SingleMetaWorldEnv:
         from sim_envs.metaworld.camera import MujocoCamera
 
         if options.renders:
-            from sim_envs.metaworld.gl import select_gl_backend
+            from sim_envs.mujoco_gl import select_gl_backend
 
             select_gl_backend()  # before MuJoCo's first GL context in this process
         self.env_id = env_id

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim_envs.errors import SimulatorUnavailableError, TaskConfigError
-from sim_envs.metaworld.gl import GL_FIX
+from sim_envs.mujoco_gl import GL_FIX
 
 
 def camera_names(env) -> list[str]:

@@ -4,8 +4,7 @@ robosuite's import has two side effects handled here: it logs a macro-file warni
 every import (filtered: they are not the user's problem), and with its default macro ``MUJOCO_GPU_RENDERING`` it sets
 ``os.environ["MUJOCO_GL"] = "egl"`` for the whole process. ``import_robosuite`` restores the variable (a MetaWorld env
 built later in the process then still probes for its GL backend) and, for envs that render, picks the backend first
-(``sim_envs.metaworld.gl.select_gl_backend``: plain MuJoCo GL, no MetaWorld import) and points robosuite's renderer at
-it.
+(``sim_envs.mujoco_gl.select_gl_backend``, shared by the MuJoCo families) and points robosuite's renderer at it.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ def import_robosuite(renders: bool = False):
     (and robosuite's renderer told) before any context is made."""
     backend = None
     if renders:
-        from sim_envs.metaworld.gl import select_gl_backend
+        from sim_envs.mujoco_gl import select_gl_backend
 
         backend = select_gl_backend()
     logger = logging.getLogger(LOGGER)
