@@ -39,6 +39,8 @@ from embodied_rl.utils.progress import TrainingProgress
 
 
 BEST_CHECKPOINT_DIR = "best_checkpoint"
+BEST_RETURN_KEY = "best_checkpoint_return"
+"""Checkpoint counter: the return of the best evaluation so far, which breaks ties of its success rate."""
 """Where the run keeps the checkpoint of its best evaluation (highest success_once), beside checkpoints/."""
 
 INTERRUPT_CHECKPOINT_TIMEOUT_S = 120.0
@@ -59,6 +61,9 @@ class EmbodiedRunner:
         # starts at -1 (beaten by any evaluation); a return, which may be negative, at None.
         self.best_key = f"best_{config.eval.score}"
         self.best_score = -1.0 if config.eval.score.startswith("success") else None
+        # Success on a fixed set of states moves in steps of 1/episodes, so a plateau repeats the same score: of equal
+        # success rates the higher return (the faster, surer policy) is the best, not the first.
+        self.best_return: float | None = None
         self.turns: list = []  # the device lock's TurnRecords of the last run: who held which slots when
         self.autoscaler: Autoscaler | None = None
         self.reached_success = False  # an evaluation reached eval.stop_at_success: the run ended there
@@ -116,6 +121,7 @@ class EmbodiedRunner:
                 self.iteration = int(self.resume.counters.get("iteration", 0))
                 self.env_steps = int(self.resume.counters.get("env_steps", 0))
                 self.best_score = self.resume.counters.get(self.best_key, self.best_score)
+                self.best_return = self.resume.counters.get(BEST_RETURN_KEY)
             env_state = self._resumable_env_state()
             # Saved env states continue where the run stopped; without them, fresh states (not the first episodes)
             workers = start_workers(c, cluster, env_seed_offset=0 if env_state else self.env_steps)
@@ -313,6 +319,13 @@ class EmbodiedRunner:
     def score(self, evaluation: dict) -> float | None:
         return evaluation.get(f"eval/{self.config.eval.score}")
 
+    def breaks_tie(self, evaluation: dict) -> bool:
+        """A success rate equal to the best one's with a higher return (``eval.score=episode_return`` has no tie
+        to break)."""
+        ret = evaluation.get("eval/episode_return")
+        return (self.config.eval.score != "episode_return" and ret is not None
+                and (self.best_return is None or ret > self.best_return))
+
     def record(self, metrics: dict, log: bool) -> None:
         if log:
             self.log.log(metrics, self.env_steps)
@@ -322,6 +335,7 @@ class EmbodiedRunner:
     def save(self, final: bool, best: bool = False) -> None:
         with self.phases.training("best_checkpoint" if best else "checkpoint"):
             if best:
+                self.best_return = self.last_eval.get("eval/episode_return")  # the tie-break of the next ones
                 self.save_checkpoint(self.workers, self.run_dir / BEST_CHECKPOINT_DIR, keep_last=1)
             else:
                 self.save_checkpoint(self.workers)
@@ -439,7 +453,7 @@ class EmbodiedRunner:
         (``interrupted_iter_N``, counters marked with ``reason``, no env states), never a clean one's replacement."""
         state = ray.get(workers.actor.call("training_state")[0], timeout=timeout)  # every rank gathers; rank 0's
         counters = {"iteration": self.iteration, "env_steps": self.env_steps, "policy_spec": workers.policy_spec,
-                    "task": self.config.task, self.best_key: self.best_score,
+                    "task": self.config.task, self.best_key: self.best_score, BEST_RETURN_KEY: self.best_return,
                     "eval": {k: v for k, v in self.last_eval.items() if k.startswith("eval/")}}
         env_state = None
         if interrupted:

@@ -53,6 +53,10 @@ class Side(Protocol):
     def ends(self, iteration: int) -> bool:
         """Whether the run is complete once ``iteration`` iterations are done (its budget is spent)."""
 
+    def breaks_tie(self, evaluation: dict) -> bool:
+        """Whether ``evaluation``, whose score equals ``best_score``, is the better one (its checkpoint replaces the
+        best)."""
+
     def can_sample_more(self) -> bool:
         """Whether the budget allows another sampling round for an update that asked for more."""
 
@@ -168,7 +172,8 @@ class TrainingLoop:
                       flush=True)
                 self.stopped = finished = True
         side.record(metrics, log=finished or side.iteration % s.log_every == 0)
-        if score is not None and (side.best_score is None or score > side.best_score):
+        if score is not None and (side.best_score is None or score > side.best_score
+                                  or score == side.best_score and side.breaks_tie(evaluation)):
             side.best_score = score
             side.save(final=False, best=True)
         if finished or (s.checkpoint_every and side.iteration % s.checkpoint_every == 0):

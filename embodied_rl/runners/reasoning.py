@@ -341,6 +341,9 @@ class ReasoningRunner(TextCheckpoints):
     def evaluate(self, final: bool) -> dict:
         return self._evaluate("eval")
 
+    def breaks_tie(self, evaluation: dict) -> bool:
+        return False  # evaluations are not ranked (best_score None)
+
     def score(self, evaluation: dict) -> float | None:
         return None
 

@@ -16,9 +16,10 @@ class RecordingSide:
 
     samples = True
 
-    def __init__(self, iterations: int, overlap: bool, needs_more=(), scores=()):
+    def __init__(self, iterations: int, overlap: bool, needs_more=(), scores=(), tie_wins=()):
         self.iteration, self.overlap, self.best_score = 0, overlap, None
         self.iterations, self.needs_more, self.scores = iterations, list(needs_more), list(scores)
+        self.tie_wins = list(tie_wins)  # per tie with the best score, whether the new evaluation wins it
         self.calls: list[tuple] = []
         self.rows: list[dict] = []
         self.clock = 0.0
@@ -64,6 +65,10 @@ class RecordingSide:
     def score(self, evaluation):
         return evaluation["eval/score"]
 
+    def breaks_tie(self, evaluation):
+        self.calls.append(("tie",))
+        return self.tie_wins.pop(0)
+
     def record(self, metrics, log):
         self.rows.append(dict(metrics))
 
@@ -102,6 +107,14 @@ def test_the_best_checkpoint_follows_the_score_and_stop_at_ends_the_run_with_a_f
     assert saves == [("evaluate",), ("save", "best"), ("evaluate",), ("evaluate",), ("save", "best"),
                      ("save", "final")]
     assert loop.stopped and side.iteration == 3 and side.best_score == pytest.approx(0.6)
+
+
+def test_an_evaluation_tying_the_best_score_replaces_the_best_checkpoint_only_where_it_wins_the_tie():
+    side = RecordingSide(4, overlap=False, scores=[0.5, 0.5, 0.5, 0.4], tie_wins=[False, True])
+    TrainingLoop(side, Schedule(eval_every=1)).run()
+    saves = [c for c in side.calls if c[0] in ("evaluate", "save", "tie")]
+    assert saves == [("evaluate",), ("save", "best"), ("evaluate",), ("tie",), ("evaluate",), ("tie",),
+                     ("save", "best"), ("evaluate",), ("save", "final")]
 
 
 def test_checkpoints_and_logs_follow_their_schedule():
