@@ -75,10 +75,11 @@ class OpenVLAOFT(OpenVLAPolicy):
         return self.action_head(hidden.to(dtype)).float().reshape(len(hidden), -1)
 
     def _log_std(self) -> torch.Tensor:
-        """``[K * A]``: each coordinate's log-std (``action_log_std [A]`` tiled over the chunk), floored at
+        """``[K * A]``: each coordinate's log-std (``action_log_std [A]`` tiled over the chunk) plus
+        ``log(std_scale)`` (RL may explore narrower than the clone's residuals, which SFT fits), floored at
         ``log(min_std)`` where the option is set (a dimension the demonstrations never vary, such as PushCube's
         gripper, fits a std near 0, where the smallest move of the mean is a huge ratio)."""
-        log_std = self.action_log_std.float()
+        log_std = self.action_log_std.float() + self.log_std_shift
         if self.min_log_std is not None:
             log_std = log_std.clamp(min=self.min_log_std)
         return log_std.repeat(self.action_chunk)

@@ -70,7 +70,8 @@ class OpenVLAPolicy(Policy):
                  checkpoint: str | None = None, lora_rank: int = 0, lora_alpha: float | None = None,
                  dtype: str = "float32", use_proprio: bool | None = None, fused_vision: bool | None = None,
                  unnorm_key: str | None = None, temperature: float = 1.0, critic_detach: bool = True,
-                 action_head: str | None = None, std_from_residuals: bool = False, min_std: float | None = None):
+                 action_head: str | None = None, std_from_residuals: bool = False, min_std: float | None = None,
+                 std_scale: float = 1.0):
         super().__init__()
         from embodied_rl.models.openvla import checkpoint as checkpoints
         from embodied_rl.models.openvla.modeling import LanguageModelRunner, ProprioProjector, build_network
@@ -100,6 +101,10 @@ class OpenVLAPolicy(Policy):
             raise ValueError(f"openvla option min_std={min_std!r} is not allowed; allowed values: null or a number > 0 "
                              f"(the L1 head's Gaussian std never falls below it, in normalised action units)")
         self.min_log_std = None if min_std is None else math.log(float(min_std))
+        if isinstance(std_scale, bool) or not isinstance(std_scale, (int, float)) or not std_scale > 0:
+            raise ValueError(f"openvla option std_scale={std_scale!r} is not allowed; allowed values: a number > 0 "
+                             f"(the L1 head's Gaussian std is this times the trained one, then floored at min_std)")
+        self.log_std_shift = math.log(float(std_scale))
         if int(action_chunk) < 1:
             raise ValueError(f"openvla option action_chunk={action_chunk!r} is not allowed; allowed values: an "
                              f"integer >= 1")

@@ -209,3 +209,19 @@ def test_min_std_floors_the_sampled_gaussian_and_its_log_probs_but_not_wider_dim
     assert spread.abs().max() > 0.005  # the floored dimension is sampled at 0.05, not at 0.001
     with pytest.raises(ValueError, match="min_std=0"):
         make_policy("openvla_oft", action_head="l1_regression", min_std=0)
+
+
+def test_std_scale_narrows_the_sampled_gaussian_and_its_log_probs_before_the_min_std_floor():
+    obs = make_obs(4)
+    policy = make_policy("openvla_oft", action_head="l1_regression", init_log_std=-1.0, min_std=0.05, std_scale=0.25)
+    with torch.no_grad():
+        policy.action_log_std[0] = math.log(0.1)  # 0.025 after the scale: the floor lifts it to 0.05
+    mean = policy._regress(obs)[0]
+    _, logp, _, stored = policy.act(obs)
+    std = torch.tensor([0.05] + [0.25 * math.exp(-1.0)] * (ACTION_DIM - 1)).repeat(2)
+    expected = torch.distributions.Normal(mean, std).log_prob(stored["stored.normalized_actions"]).sum(-1)
+    torch.testing.assert_close(logp, expected)
+    fitted = torch.full((ACTION_DIM - 1,), -1.0)  # the parameter keeps the fitted std; the scale applies on use
+    torch.testing.assert_close(policy.action_log_std[1:].detach(), fitted)
+    with pytest.raises(ValueError, match="std_scale=0"):
+        make_policy("openvla_oft", action_head="l1_regression", std_scale=0)
