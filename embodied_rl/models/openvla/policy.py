@@ -136,6 +136,12 @@ class OpenVLAPolicy(Policy):
             self.action_queries = nn.Parameter(torch.randn(self.tokens_per_decision, width) * 0.02)
         self.critic_head = _critic_mlp([width, *hidden_sizes, 1])
         self.action_head, self.action_log_std = self._build_action_head(action_head, loaded, width, init_log_std)
+        gaussian_only = {"std_from_residuals": std_from_residuals is True, "min_std": min_std is not None,
+                         "std_scale": std_scale != 1}
+        if self.action_head is None and any(gaussian_only.values()):
+            name = next(key for key, given in gaussian_only.items() if given)
+            raise ValueError(f"openvla option {name} is not allowed with action tokens: it shapes the L1 head's "
+                             f"Gaussian; allowed: action_head=l1_regression (openvla_oft) or leave {name} unset")
         self.action_tokenizer = ActionTokenizer(action_dim, config.language.tokenizer_vocab_size,
                                                 config.n_action_bins)
         self.register_buffer("state_mean", torch.zeros(self.state_dim))

@@ -221,7 +221,15 @@ def test_std_scale_narrows_the_sampled_gaussian_and_its_log_probs_before_the_min
     std = torch.tensor([0.05] + [0.25 * math.exp(-1.0)] * (ACTION_DIM - 1)).repeat(2)
     expected = torch.distributions.Normal(mean, std).log_prob(stored["stored.normalized_actions"]).sum(-1)
     torch.testing.assert_close(logp, expected)
+    deviations = (stored["stored.normalized_actions"] - mean).reshape(4, 2, ACTION_DIM)[..., 1:]
+    assert deviations.abs().max() < 5 * 0.25 * math.exp(-1.0)  # unscaled (std 0.37), 24 draws pass this 0.3% of times
     fitted = torch.full((ACTION_DIM - 1,), -1.0)  # the parameter keeps the fitted std; the scale applies on use
     torch.testing.assert_close(policy.action_log_std[1:].detach(), fitted)
     with pytest.raises(ValueError, match="std_scale=0"):
         make_policy("openvla_oft", action_head="l1_regression", std_scale=0)
+
+
+@pytest.mark.parametrize("option", [{"std_scale": 0.5}, {"min_std": 0.05}, {"std_from_residuals": True}])
+def test_gaussian_options_are_refused_for_action_tokens(option):
+    with pytest.raises(ValueError, match=f"{next(iter(option))} is not allowed with action tokens"):
+        make_policy("openvla_oft", action_head="tokens", **option)
