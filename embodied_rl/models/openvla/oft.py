@@ -65,8 +65,10 @@ class OpenVLAOFT(OpenVLAPolicy):
     # --- the L1 head ------------------------------------------------------------------------------------------
     @in_compute_dtype
     def _regress(self, obs: dict):
-        """-> normalised chunk means ``[B, K * A]`` float32 and values ``[B]``."""
-        hidden, last = self._action_hidden(obs, None)
+        """-> normalised chunk means ``[B, K * A]`` float32 and values ``[B]``. With ``train_action_head_only`` the
+        frozen trunk runs without autograd (nothing before the heads is trained, so no activation is kept)."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.train_action_head_only):
+            hidden, last = self._action_hidden(obs, None)
         return self._head(hidden), self._value(last)
 
     @full_precision

@@ -52,8 +52,10 @@ class OpenVLAPolicy(Policy):
 
     Value head ``critic_head``: MLP (``hidden_sizes``, tanh) on the LM's last hidden state at the last prompt
     position, detached when ``critic_detach`` (default): the value loss then trains the head alone and cannot move
-    the policy's trunk (RLinf's ``detach_critic_input``). ``lora_rank`` > 0: LoRA (peft) on the LM's attention and MLP projections; the LM and vision backbone
-    are frozen, projectors, value head (and OFT's action queries) train.
+    the policy's trunk (RLinf's ``detach_critic_input``). ``lora_rank`` > 0: LoRA (peft) on the LM's attention and
+    MLP projections; the LM and vision backbone are frozen, projectors, value head (and OFT's action queries) train.
+    ``train_action_head_only`` (OFT's L1 head): only that head, its std and the value head train; the vision tower,
+    projectors, LM and action queries are frozen (an RL stage that refines how the clone's features map to actions).
 
     obs: ``"rgb"`` uint8 ``[B, H, W, 3 n]``, ``"state"`` float32 ``[B, D]`` (optional), ``"instruction"`` numpy
     strings ``[B]`` (optional: ""), and ``"stored.action_tokens"`` int64 ``[B, K * A]`` at evaluate time.
@@ -71,7 +73,7 @@ class OpenVLAPolicy(Policy):
                  dtype: str = "float32", use_proprio: bool | None = None, fused_vision: bool | None = None,
                  unnorm_key: str | None = None, temperature: float = 1.0, critic_detach: bool = True,
                  action_head: str | None = None, std_from_residuals: bool = False, min_std: float | None = None,
-                 std_scale: float = 1.0):
+                 std_scale: float = 1.0, train_action_head_only: bool = False):
         super().__init__()
         from embodied_rl.models.openvla import checkpoint as checkpoints
         from embodied_rl.models.openvla.modeling import LanguageModelRunner, ProprioProjector, build_network
@@ -105,6 +107,13 @@ class OpenVLAPolicy(Policy):
             raise ValueError(f"openvla option std_scale={std_scale!r} is not allowed; allowed values: a number > 0 "
                              f"(the L1 head's Gaussian std is this times the trained one, then floored at min_std)")
         self.log_std_shift = math.log(float(std_scale))
+        if not isinstance(train_action_head_only, bool):
+            raise ValueError(f"openvla option train_action_head_only={train_action_head_only!r} is not allowed; allowed "
+                             f"values: true (only the L1 head, its std and the value head train) or false")
+        if train_action_head_only and lora_rank:
+            raise ValueError(f"openvla option train_action_head_only=true is not allowed with lora_rank={lora_rank}: "
+                             f"it freezes the adapters too; allowed: one of them")
+        self.train_action_head_only = train_action_head_only
         if int(action_chunk) < 1:
             raise ValueError(f"openvla option action_chunk={action_chunk!r} is not allowed; allowed values: an "
                              f"integer >= 1")
@@ -137,11 +146,11 @@ class OpenVLAPolicy(Policy):
         self.critic_head = _critic_mlp([width, *hidden_sizes, 1])
         self.action_head, self.action_log_std = self._build_action_head(action_head, loaded, width, init_log_std)
         gaussian_only = {"std_from_residuals": std_from_residuals is True, "min_std": min_std is not None,
-                         "std_scale": std_scale != 1}
+                         "std_scale": std_scale != 1, "train_action_head_only": train_action_head_only}
         if self.action_head is None and any(gaussian_only.values()):
             name = next(key for key, given in gaussian_only.items() if given)
-            raise ValueError(f"openvla option {name} is not allowed with action tokens: it shapes the L1 head's "
-                             f"Gaussian; allowed: action_head=l1_regression (openvla_oft) or leave {name} unset")
+            raise ValueError(f"openvla option {name} is not allowed with action tokens: it is an option of the L1 "
+                             f"head; allowed: action_head=l1_regression (openvla_oft) or leave {name} unset")
         self.action_tokenizer = ActionTokenizer(action_dim, config.language.tokenizer_vocab_size,
                                                 config.n_action_bins)
         self.register_buffer("state_mean", torch.zeros(self.state_dim))
@@ -158,6 +167,8 @@ class OpenVLAPolicy(Policy):
         self.lora_rank = lora_rank
         if lora_rank:
             self._add_lora(lora_rank, lora_alpha if lora_alpha is not None else min(lora_rank, 16))
+        if train_action_head_only:
+            self._freeze_all_but_the_heads()
         self.keep_trained_weights_in_float32()
         self.runner = LanguageModelRunner(self.language_model)
 
@@ -185,6 +196,12 @@ class OpenVLAPolicy(Policy):
             parameter.requires_grad = "lora_" in name
         for parameter in self.vision_backbone.parameters():
             parameter.requires_grad = False
+
+    def _freeze_all_but_the_heads(self) -> None:
+        """Only the L1 action head, its ``action_log_std`` and the value head keep training: the vision tower,
+        projectors, LM and action queries are frozen (the counterpart of Pi0's ``train_expert_only``)."""
+        for name, parameter in self.named_parameters():
+            parameter.requires_grad = name.split(".")[0] in ("action_head", "action_log_std", "critic_head")
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """The entries of ``state_dict()`` training changes: parameters that require gradients (all of them

@@ -1,0 +1,102 @@
+"""OpenVLA-OFT with ``train_action_head_only``: a real GRPO update through the actor worker (no Ray) leaves the
+vision tower, projectors, LM and action queries bit for bit and moves the L1 head and its std; without the option
+the trunk moves too. The weight sync sends the trained entries only and a checkpoint resumes into a fresh actor."""
+
+import numpy as np
+import pytest
+import torch
+
+from embodied_rl.algorithms.embodied.grpo import GroupConfig
+from embodied_rl.models import build_policy
+from embodied_rl.workers.actor_worker import ActorWorker
+from embodied_rl.workers.messages import Trajectory
+from openvla_helpers import ACTION_DIM, SHAPES, make_obs, make_policy
+from tests.tests_helpers import ListChannel
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+T, B = 2, 4  # one episode of 2 decisions per env, 2 groups of 2
+HEADS = ("action_head.", "action_log_std", "critic_head.")
+TRUNK = ("vision_backbone.", "projector.", "language_model.", "proprio_projector.", "action_queries")
+
+
+def _spec(head_only: bool) -> dict:
+    return dict(name="openvla_oft", obs_dim=5, action_dim=ACTION_DIM, hidden_sizes=[16], obs_shapes=SHAPES,
+                action_chunk=2, action_head="l1_regression", init_log_std=-1.0, train_action_head_only=head_only)
+
+
+def _actor(head_only: bool, seed: int = 1) -> ActorWorker:
+    config = GroupConfig(name="grpo", group_size=2, score="return", num_minibatches=1, update_epochs=3, lr=1e-2,
+                         target_kl=None)
+    return ActorWorker(policy=_spec(head_only), algorithm=config, channel=ListChannel(), seed=seed, group="actor",
+                       rank=0, world_size=1)
+
+
+def _trajectory(policy) -> Trajectory:
+    """One env worker's round ``[T, B]`` acted by ``policy``, every episode truncated at step T-1, random returns."""
+    obs = make_obs(T * B, seed=4)
+    with torch.no_grad():
+        actions, logp, values, stored = policy.act(obs)
+    arrays = {k: v.numpy() if torch.is_tensor(v) else v for k, v in {**obs, **stored}.items()}
+    truncated = np.zeros((T, B), bool)
+    truncated[-1] = True
+    zeros = np.zeros((T, B), np.float32)
+    return Trajectory(obs={k: v.reshape(T, B, *v.shape[1:]) for k, v in arrays.items()},
+                      actions=actions.numpy().reshape(T, B, *actions.shape[1:]), logp=logp.numpy().reshape(T, B),
+                      values=values.numpy().reshape(T, B),
+                      rewards=np.random.default_rng(0).standard_normal((T, B)).astype(np.float32),
+                      terminated=truncated & False, truncated=truncated, success=truncated & False, final_values=zeros,
+                      next_value=np.zeros(B, np.float32), policy_versions=np.zeros(T, np.int64), env_rank=0,
+                      sampling_round=1)
+
+
+def _one_update(actor: ActorWorker) -> tuple[dict, dict]:
+    """``(weights before, weights after)`` of one GRPO update on a round the actor's policy sampled."""
+    before = {k: v.clone() for k, v in actor.get_weights()[0].items()}
+    actor.channel.items = [_trajectory(actor.policy)]
+    metrics = actor.update(1, 0.0, False, 1, [0])
+    assert metrics["train/needs_more"] == 0 and metrics["train/gradient_steps"] == 3
+    return before, actor.get_weights()[0]
+
+
+def _moved(before: dict, after: dict, prefixes) -> list[str]:
+    return [k for k in after if k.startswith(prefixes) and not torch.equal(after[k], before[k])]
+
+
+def test_head_only_keeps_the_trunk_bit_for_bit_and_trains_the_l1_head(capsys):
+    actor = _actor(head_only=True)
+    trained = {n for n, p in actor.policy.named_parameters() if p.requires_grad}
+    assert trained == {n for n, _ in actor.policy.named_parameters() if n.startswith(HEADS)} and trained
+    optimized = {id(p) for group in actor.optimizer.param_groups for p in group["params"]}
+    assert optimized == {id(p) for n, p in actor.policy.named_parameters() if n in trained}
+    count = sum(p.numel() for n, p in actor.policy.named_parameters() if n in trained)
+    assert f"{count:,} parameters trained, {sum(p.numel() for p in actor.policy.parameters()) - count:,} frozen" \
+        in capsys.readouterr().err
+
+    before, after = _one_update(actor)
+    trunk = [k for k in after if k.startswith(TRUNK)]
+    assert trunk and all(torch.equal(after[k], before[k]) for k in trunk)
+    assert _moved(before, after, "action_head.") and _moved(before, after, "action_log_std")
+
+    synced = actor.get_weights(only_trained=True)[0]
+    assert not any(k.startswith(TRUNK) for k in synced) and any(k.startswith("action_head.") for k in synced)
+    resumed = _actor(head_only=True, seed=7)
+    state = actor.training_state()
+    resumed.load_training_state(state["weights"], state["trainer_state"])
+    assert all(torch.equal(v, after[k]) for k, v in resumed.get_weights()[0].items())
+
+
+def test_without_the_option_the_trunk_moves_too():
+    before, after = _one_update(_actor(head_only=False))
+    assert _moved(before, after, ("language_model.",)) and _moved(before, after, ("vision_backbone.",))
+    assert _moved(before, after, ("action_head.",))
+
+
+def test_head_only_gives_the_same_policy_and_is_refused_with_lora_or_non_bool():
+    obs = make_obs(4)
+    plain, head_only = build_policy(**_spec(False)), build_policy(**_spec(True))
+    head_only.load_state_dict(plain.state_dict())
+    torch.testing.assert_close(head_only._regress(obs)[0], plain._regress(obs)[0])
+    with pytest.raises(ValueError, match="train_action_head_only=true is not allowed with lora_rank=4"):
+        make_policy("openvla_oft", action_head="l1_regression", train_action_head_only=True, lora_rank=4)
+    with pytest.raises(ValueError, match="train_action_head_only='yes' is not allowed"):
+        make_policy("openvla_oft", action_head="l1_regression", train_action_head_only="yes")
