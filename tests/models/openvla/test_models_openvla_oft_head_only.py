@@ -100,3 +100,32 @@ def test_head_only_gives_the_same_policy_and_is_refused_with_lora_or_non_bool():
         make_policy("openvla_oft", action_head="l1_regression", train_action_head_only=True, lora_rank=4)
     with pytest.raises(ValueError, match="train_action_head_only='yes' is not allowed"):
         make_policy("openvla_oft", action_head="l1_regression", train_action_head_only="yes")
+
+
+def test_grpo_moves_the_regressed_chunk_towards_the_samples_that_score_higher():
+    """A bandit through the real update: each group of 2 samples from one observation scores the negative distance
+    of its sampled (normalised) chunk to a target; GRPO updates of the head alone bring the regressed chunk closer."""
+    actor = _actor(head_only=True)
+    obs = {k: np.repeat(v, 2, axis=0) if isinstance(v, np.ndarray) else v.repeat_interleave(2, 0)
+           for k, v in make_obs(4, seed=5).items()}  # 4 groups of 2 envs, one observation each
+    target = torch.full((8, 2 * ACTION_DIM), 0.5)
+
+    def distance() -> float:
+        with torch.no_grad():
+            return (actor.policy._regress(obs)[0] - target).norm(dim=-1).mean().item()
+
+    before = distance()
+    for version in range(1, 6):
+        with torch.no_grad():
+            actions, logp, values, stored = actor.policy.act(obs)
+        score = -(stored["stored.normalized_actions"] - target).norm(dim=-1).numpy()
+        arrays = {k: v.numpy() if torch.is_tensor(v) else v for k, v in {**obs, **stored}.items()}
+        done = np.ones((1, 8), bool)
+        actor.channel.items = [Trajectory(
+            obs={k: v[None] for k, v in arrays.items()}, actions=actions.numpy()[None], logp=logp.numpy()[None],
+            values=values.numpy()[None], rewards=score[None].astype(np.float32), terminated=done & False,
+            truncated=done, success=done & False, final_values=np.zeros((1, 8), np.float32),
+            next_value=np.zeros(8, np.float32), policy_versions=np.full(1, version - 1, np.int64), env_rank=0,
+            sampling_round=version)]
+        assert actor.update(1, 0.0, False, version, [0])["train/gradient_steps"] == 3
+    assert distance() < before - 0.05, (before, distance())
