@@ -57,6 +57,17 @@ def test_the_rlinf_form_recipes_say_what_they_claim():
     assert a.lr * a.critic_lr_scale == pytest.approx(3e-3)  # RLinf's value_lr
     assert rl.env.reward_mode == "rlinf"
 
+    _, stages = load_stages("maniskill_pushcube",
+                            str(next(p for p in RECIPES if p.stem == "pushcube_openvla_oft_tiny_rlinf")), [])
+    sft, rl = (s.config for s in stages)
+    assert "action_head" not in sft.policy.options and "action_head" not in rl.policy.options  # action tokens
+    assert "temperature" not in sft.policy.options and rl.policy.options["temperature"] == 0.5
+    assert sft.algorithm.gradient_steps == 6000
+    a = rl.algorithm
+    assert (a.name, a.ratio_level, a.score, a.dynamic_sampling) == ("grpo", "token", "success", True)
+    envs = rl.env.num_workers * rl.env.envs_per_worker
+    assert a.groups_per_update >= 16 and a.max_sampling_rounds * envs // a.group_size >= a.groups_per_update
+
 
 @pytest.mark.parametrize("recipe", [p for p in RECIPES if _size(p) == "tiny"], ids=lambda p: p.stem)
 def test_tiny_vla_recipes_train_and_evaluate_at_maniskills_own_time_limit_on_success(recipe):
