@@ -108,6 +108,37 @@ def wait_rank_processes(ranks: list[subprocess.Popen], timeout_s: float = 300) -
         f"--- rank {rank}:\n{log[-3000:]}" for rank, log in enumerate(logs)))
 
 
+def acted_round(policy, obs: dict, steps: int, envs: int, rewards=None, sampling_round: int = 1,
+                policy_version: int = 0):
+    """One env worker's round ``[steps, envs]`` acted by ``policy`` on ``obs`` (``steps * envs`` rows, time-major),
+    every episode truncated at its last step; ``rewards`` ``[steps, envs]``, or a function of the stored outputs
+    ``{"stored.*": [steps * envs, ...]}`` giving them (default: standard normal, seed 0), sampled by
+    ``policy_version``, for an actor's ``update``."""
+    import numpy as np
+    import torch
+
+    from embodied_rl.workers.messages import Trajectory
+
+    with torch.no_grad():
+        actions, logp, values, stored = policy.act(obs)
+    if callable(rewards):
+        rewards = rewards(stored)
+    if rewards is None:
+        rewards = np.random.default_rng(0).standard_normal((steps, envs))
+    arrays = {k: v.numpy() if torch.is_tensor(v) else v for k, v in {**obs, **stored}.items()}
+    truncated = np.zeros((steps, envs), bool)
+    truncated[-1] = True
+    zeros = np.zeros((steps, envs), np.float32)
+    return Trajectory(obs={k: v.reshape(steps, envs, *v.shape[1:]) for k, v in arrays.items()},
+                      actions=actions.numpy().reshape(steps, envs, *actions.shape[1:]),
+                      logp=logp.numpy().reshape(steps, envs), values=values.numpy().reshape(steps, envs),
+                      rewards=np.asarray(rewards, np.float32).reshape(steps, envs), terminated=truncated & False,
+                      truncated=truncated, success=truncated & False, final_values=zeros,
+                      next_value=np.zeros(envs, np.float32), policy_versions=np.full(steps, policy_version, np.int64),
+                      env_rank=0,
+                      sampling_round=sampling_round)
+
+
 class ListChannel:
     """The two methods an actor worker uses of its trajectory channel, over a list (for an actor built without Ray):
     ``items`` are what ``get_batch`` hands out, oldest first."""

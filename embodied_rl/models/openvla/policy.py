@@ -108,8 +108,8 @@ class OpenVLAPolicy(Policy):
                              f"(the L1 head's Gaussian std is this times the trained one, then floored at min_std)")
         self.log_std_shift = math.log(float(std_scale))
         if not isinstance(train_action_head_only, bool):
-            raise ValueError(f"openvla option train_action_head_only={train_action_head_only!r} is not allowed; allowed "
-                             f"values: true (only the L1 head, its std and the value head train) or false")
+            raise ValueError(f"openvla option train_action_head_only={train_action_head_only!r} is not allowed; "
+                             f"allowed values: true (only the L1 head, its std and the value head train) or false")
         if train_action_head_only and lora_rank:
             raise ValueError(f"openvla option train_action_head_only=true is not allowed with lora_rank={lora_rank}: "
                              f"it freezes the adapters too; allowed: one of them")
@@ -145,10 +145,10 @@ class OpenVLAPolicy(Policy):
             self.action_queries = nn.Parameter(torch.randn(self.tokens_per_decision, width) * 0.02)
         self.critic_head = _critic_mlp([width, *hidden_sizes, 1])
         self.action_head, self.action_log_std = self._build_action_head(action_head, loaded, width, init_log_std)
-        gaussian_only = {"std_from_residuals": std_from_residuals is True, "min_std": min_std is not None,
-                         "std_scale": std_scale != 1, "train_action_head_only": train_action_head_only}
-        if self.action_head is None and any(gaussian_only.values()):
-            name = next(key for key, given in gaussian_only.items() if given)
+        l1_head_only = {"std_from_residuals": std_from_residuals is True, "min_std": min_std is not None,
+                        "std_scale": std_scale != 1, "train_action_head_only": train_action_head_only}
+        if self.action_head is None and any(l1_head_only.values()):
+            name = next(key for key, given in l1_head_only.items() if given)
             raise ValueError(f"openvla option {name} is not allowed with action tokens: it is an option of the L1 "
                              f"head; allowed: action_head=l1_regression (openvla_oft) or leave {name} unset")
         self.action_tokenizer = ActionTokenizer(action_dim, config.language.tokenizer_vocab_size,

@@ -231,6 +231,6 @@ def test_std_scale_narrows_the_sampled_gaussian_and_its_log_probs_before_the_min
 
 @pytest.mark.parametrize("option", [{"std_scale": 0.5}, {"min_std": 0.05}, {"std_from_residuals": True},
                                     {"train_action_head_only": True}])
-def test_gaussian_options_are_refused_for_action_tokens(option):
+def test_l1_head_options_are_refused_for_action_tokens(option):
     with pytest.raises(ValueError, match=f"{next(iter(option))} is not allowed with action tokens"):
         make_policy("openvla_oft", action_head="tokens", **option)

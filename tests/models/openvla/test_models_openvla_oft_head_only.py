@@ -9,9 +9,8 @@ import torch
 from embodied_rl.algorithms.embodied.grpo import GroupConfig
 from embodied_rl.models import build_policy
 from embodied_rl.workers.actor_worker import ActorWorker
-from embodied_rl.workers.messages import Trajectory
 from openvla_helpers import ACTION_DIM, SHAPES, make_obs, make_policy
-from tests.tests_helpers import ListChannel
+from tests.tests_helpers import ListChannel, acted_round
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 T, B = 2, 4  # one episode of 2 decisions per env, 2 groups of 2
@@ -31,28 +30,10 @@ def _actor(head_only: bool, seed: int = 1) -> ActorWorker:
                        rank=0, world_size=1)
 
 
-def _trajectory(policy) -> Trajectory:
-    """One env worker's round ``[T, B]`` acted by ``policy``, every episode truncated at step T-1, random returns."""
-    obs = make_obs(T * B, seed=4)
-    with torch.no_grad():
-        actions, logp, values, stored = policy.act(obs)
-    arrays = {k: v.numpy() if torch.is_tensor(v) else v for k, v in {**obs, **stored}.items()}
-    truncated = np.zeros((T, B), bool)
-    truncated[-1] = True
-    zeros = np.zeros((T, B), np.float32)
-    return Trajectory(obs={k: v.reshape(T, B, *v.shape[1:]) for k, v in arrays.items()},
-                      actions=actions.numpy().reshape(T, B, *actions.shape[1:]), logp=logp.numpy().reshape(T, B),
-                      values=values.numpy().reshape(T, B),
-                      rewards=np.random.default_rng(0).standard_normal((T, B)).astype(np.float32),
-                      terminated=truncated & False, truncated=truncated, success=truncated & False, final_values=zeros,
-                      next_value=np.zeros(B, np.float32), policy_versions=np.zeros(T, np.int64), env_rank=0,
-                      sampling_round=1)
-
-
 def _one_update(actor: ActorWorker) -> tuple[dict, dict]:
     """``(weights before, weights after)`` of one GRPO update on a round the actor's policy sampled."""
     before = {k: v.clone() for k, v in actor.get_weights()[0].items()}
-    actor.channel.items = [_trajectory(actor.policy)]
+    actor.channel.items = [acted_round(actor.policy, make_obs(T * B, seed=4), T, B)]
     metrics = actor.update(1, 0.0, False, 1, [0])
     assert metrics["train/needs_more"] == 0 and metrics["train/gradient_steps"] == 3
     return before, actor.get_weights()[0]
@@ -115,17 +96,11 @@ def test_grpo_moves_the_regressed_chunk_towards_the_samples_that_score_higher():
             return (actor.policy._regress(obs)[0] - target).norm(dim=-1).mean().item()
 
     before = distance()
+    def score(stored):  # the closer the sampled chunk to the target, the higher
+        return -(stored["stored.normalized_actions"] - target).norm(dim=-1).numpy()
+
     for version in range(1, 6):
-        with torch.no_grad():
-            actions, logp, values, stored = actor.policy.act(obs)
-        score = -(stored["stored.normalized_actions"] - target).norm(dim=-1).numpy()
-        arrays = {k: v.numpy() if torch.is_tensor(v) else v for k, v in {**obs, **stored}.items()}
-        done = np.ones((1, 8), bool)
-        actor.channel.items = [Trajectory(
-            obs={k: v[None] for k, v in arrays.items()}, actions=actions.numpy()[None], logp=logp.numpy()[None],
-            values=values.numpy()[None], rewards=score[None].astype(np.float32), terminated=done & False,
-            truncated=done, success=done & False, final_values=np.zeros((1, 8), np.float32),
-            next_value=np.zeros(8, np.float32), policy_versions=np.full(1, version - 1, np.int64), env_rank=0,
-            sampling_round=version)]
+        actor.channel.items = [acted_round(actor.policy, obs, 1, 8, rewards=score, sampling_round=version,
+                                           policy_version=version - 1)]
         assert actor.update(1, 0.0, False, version, [0])["train/gradient_steps"] == 3
     assert distance() < before - 0.05, (before, distance())

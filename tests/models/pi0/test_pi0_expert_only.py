@@ -2,7 +2,6 @@
 for bit and moves the action expert; without the option the VLM moves too. Weight sync and checkpoints of such an
 actor, and optimizer states saved while the groups held frozen parameters too."""
 
-import numpy as np
 import pytest
 import torch
 
@@ -10,11 +9,10 @@ import embodied_rl.models.pi0  # noqa: F401  (registers pi0)
 from embodied_rl.algorithms.embodied.grpo import GroupConfig
 from embodied_rl.models import build_policy
 from embodied_rl.workers.actor_worker import ActorWorker
-from embodied_rl.workers.messages import Trajectory
 from embodied_rl.workers.optimizer_groups import parameter_groups, renumbered_optimizer_state
 from embodied_rl.workers.weights import load_host_weights
 from pi0_helpers import observations
-from tests.tests_helpers import ListChannel
+from tests.tests_helpers import ListChannel, acted_round
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 T, B = 2, 4  # one episode of 2 decisions per env, 2 groups of 2
@@ -34,28 +32,10 @@ def _actor(expert_only: bool, seed: int = 1) -> ActorWorker:
                        rank=0, world_size=1)
 
 
-def _trajectory(policy) -> Trajectory:
-    """One env worker's round ``[T, B]`` acted by ``policy``, every episode truncated at step T-1, random returns."""
-    obs = observations(batch=T * B, seed=4)
-    with torch.no_grad():
-        actions, logp, values, stored = policy.act(obs)
-    arrays = {k: v.numpy() if torch.is_tensor(v) else v for k, v in {**obs, **stored}.items()}
-    truncated = np.zeros((T, B), bool)
-    truncated[-1] = True
-    zeros = np.zeros((T, B), np.float32)
-    return Trajectory(obs={k: v.reshape(T, B, *v.shape[1:]) for k, v in arrays.items()},
-                      actions=actions.numpy().reshape(T, B, *actions.shape[1:]), logp=logp.numpy().reshape(T, B),
-                      values=values.numpy().reshape(T, B),
-                      rewards=np.random.default_rng(0).standard_normal((T, B)).astype(np.float32),
-                      terminated=truncated & False, truncated=truncated, success=truncated & False, final_values=zeros,
-                      next_value=np.zeros(B, np.float32), policy_versions=np.zeros(T, np.int64), env_rank=0,
-                      sampling_round=1)
-
-
 def _one_update(actor: ActorWorker) -> tuple[dict, dict, dict]:
     """``(weights before, weights after, metrics)`` of one GRPO update on a round the actor's policy sampled."""
     before = {k: v.clone() for k, v in actor.get_weights()[0].items()}
-    actor.channel.items = [_trajectory(actor.policy)]
+    actor.channel.items = [acted_round(actor.policy, observations(batch=T * B, seed=4), T, B)]
     metrics = actor.update(1, 0.0, False, 1, [0])
     assert metrics["train/needs_more"] == 0 and metrics["train/gradient_steps"] == 3
     return before, actor.get_weights()[0], metrics
